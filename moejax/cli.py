@@ -1,0 +1,236 @@
+"""The `moejax` command line: simulate, catalog, trace (more subcommands as systems land).
+
+Errors from bad input are one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from moejax.errors import MoejaxError
+
+DEFAULT_GEN = "powerlaw:alpha=1.2"
+
+
+def _simulate(args) -> int:
+    import jax
+
+    from moejax import api, engine
+    from moejax.results import atomic_write_csv, atomic_write_json
+    from moejax.trace import gen
+    from moejax.trace import io as trace_io
+
+    setup = api.resolve(args.hardware, args.model, args.policy)
+    m = setup.model
+    key = jax.random.key(args.seed)
+    if args.trace:
+        traces, meta = trace_io.load(args.trace)
+        if not traces.batch_shape:
+            traces = jax.tree_util.tree_map(lambda x: x[None], traces)
+        source = f"file {args.trace}"
+    else:
+        spec = gen.parse_spec(args.trace_gen)
+        traces = gen.generate(
+            spec, key, num_traces=args.traces, iterations=args.iterations, layers=args.layers,
+            tokens=args.tokens, num_experts=m.num_experts, top_k=m.top_k,
+        )
+        source = f"generated {gen.spec_to_str(spec)}"
+    t0 = time.perf_counter()
+    out = api.simulate(setup.platform, m, setup.policy, traces, key=key,
+                       chunk_size=args.chunk, progress=not args.quiet)
+    wall = time.perf_counter() - t0
+    n = int(np.asarray(out["latency_s"]).shape[0])
+    summary = {
+        "hardware": setup.platform.name,
+        "model": m.name,
+        "policy": setup.policy.name,
+        "system": setup.policy.system,
+        "tokens": int(args.tokens) if not args.trace else None,
+        "traces": n,
+        "trace_source": source,
+        "latency_s": engine.percentile_summary(out["latency_s"]),
+        "forward_s": engine.percentile_summary(out["forward_s"]),
+        "utilization_mean": float(np.mean(out["utilization_mean"])),
+        "breakdown_s": {k: float(np.mean(out[k])) for k in
+                        ("comm_s", "compute_s", "memory_s", "attention_s") if k in out},
+        "tokens_per_s_mean": float(np.mean(out["tokens_per_s"])),
+        "wall_s": wall,
+    }
+    _print_summary(summary)
+    if args.out:
+        out_dir = Path(args.out)
+        cols = {"trace": np.arange(n)}
+        for k, v in out.items():
+            v = np.asarray(v)
+            if v.ndim == 1:
+                cols[k] = v
+        atomic_write_csv(out_dir / "results.csv", cols)
+        atomic_write_json(out_dir / "summary.json", summary)
+        print(f"wrote {out_dir / 'results.csv'} and {out_dir / 'summary.json'}")
+    return 0
+
+
+def _print_summary(s: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{s['policy']} on {s['hardware']}, {s['model']}, {s['traces']} traces")
+    t.add_column("metric")
+    for c in ("mean", "p50", "p99"):
+        t.add_column(c, justify="right")
+    for name in ("latency_s", "forward_s"):
+        d = s[name]
+        label = "MoE layer latency" if name == "latency_s" else "forward pass"
+        t.add_row(label, *(_ms(d[c]) for c in ("mean", "p50", "p99")))
+    for k, v in s["breakdown_s"].items():
+        t.add_row(f"  {k[:-2]} (per layer)" if k != "attention_s" else "  attention+dense",
+                  _ms(v), "", "")
+    t.add_row("utilization", f"{s['utilization_mean']:.1%}", "", "")
+    t.add_row("throughput", f"{s['tokens_per_s_mean']:.4g} tok/s", "", "")
+    Console().print(t)
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.4g} ms" if x >= 1e-4 else f"{x * 1e6:.4g} us"
+
+
+def _catalog(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    if args.what == "models":
+        from moejax.models import MODELS
+
+        t = Table(title="models")
+        for c in ("name", "d_model", "d_ffn", "E", "top-k", "shared", "MoE/all layers",
+                  "attention", "source"):
+            t.add_column(c)
+        for m in MODELS.values():
+            t.add_row(m.name, str(m.hidden_size), str(m.expert_ffn_size), str(m.num_experts),
+                      str(m.top_k), str(m.num_shared_experts),
+                      f"{m.num_sparse_layers}/{m.num_layers}", m.attention_kind, m.source)
+    elif args.what == "hardware":
+        from moejax.hardware import load_platform, platform_names
+
+        t = Table(title="hardware")
+        for c in ("name", "family", "devices", "topology", "link GB/s/dir", "TFLOP/s bf16",
+                  "mem GB/s", "source"):
+            t.add_column(c)
+        for name in platform_names():
+            p = load_platform(name)
+            topo = p.topology
+            shape = {"mesh2d": f"mesh {topo.rows}x{topo.cols}",
+                     "multi_wafer_mesh": f"{topo.wafer_rows}x{topo.wafer_cols} wafers of "
+                                         f"{topo.rows}x{topo.cols}",
+                     "hierarchical": f"{topo.nodes} nodes x {topo.devices_per_node}"}.get(
+                         topo.kind, topo.kind)
+            t.add_row(name, p.family, str(p.num_devices), shape, f"{topo.link_Bps / 1e9:g}",
+                      f"{p.device.flops('bf16') / 1e12:.4g}", f"{p.device.memory_Bps / 1e9:g}",
+                      p.source)
+    else:
+        from moejax.policies import load_policy, policy_names
+
+        t = Table(title="policies")
+        for c in ("name", "system", "description", "source"):
+            t.add_column(c)
+        for name in policy_names():
+            p = load_policy(name)
+            t.add_row(name, p.system, p.description, p.source)
+    Console().print(t)
+    return 0
+
+
+def _trace(args) -> int:
+    import jax
+
+    from moejax.trace import gen, summary
+    from moejax.trace import io as trace_io
+
+    if args.trace_cmd == "gen":
+        spec = gen.parse_spec(args.spec)
+        tr = gen.generate(spec, jax.random.key(args.seed), num_traces=args.traces,
+                          iterations=args.iterations, layers=args.layers, tokens=args.tokens,
+                          num_experts=args.experts, top_k=args.top_k)
+        trace_io.save(args.out, tr, {"generator": gen.spec_to_str(spec), "seed": args.seed})
+        print(f"wrote {args.out}: {args.traces} traces x {args.iterations} iterations x "
+              f"{args.layers} layers x {args.tokens} tokens, E={args.experts}, k={args.top_k}")
+        return 0
+    tr, meta = trace_io.load(args.file)
+    print(summary.format_summary(summary.summarize(tr)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="moejax", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("simulate", help="simulate one platform/model/policy over many traces")
+    s.add_argument("--hardware", default="chiplet-2x2", help="platform name or TOML path")
+    s.add_argument("--model", default="qwen3-30b-a3b")
+    s.add_argument("--policy", default="ep", help="policy name or TOML path")
+    s.add_argument("--tokens", type=_positive_int, default=256, help="tokens per iteration")
+    s.add_argument("--traces", type=_positive_int, default=1024)
+    s.add_argument("--iterations", type=_positive_int, default=1)
+    s.add_argument("--layers", type=_positive_int, default=1,
+                   help="MoE layers per trace (a sample of the model's layers)")
+    src = s.add_mutually_exclusive_group()
+    src.add_argument("--trace-gen", default=DEFAULT_GEN, help="generator spec, e.g. "
+                     "uniform, powerlaw:alpha=1.5, normal:std=0.032")
+    src.add_argument("--trace", help="trace file (.npz) instead of generating")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--chunk", type=_positive_int, default=None, help="traces per compiled call")
+    s.add_argument("--out", help="folder for results.csv and summary.json")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(fn=_simulate)
+
+    c = sub.add_parser("catalog", help="list hardware, models or policies")
+    c.add_argument("what", choices=["hardware", "models", "policies"])
+    c.set_defaults(fn=_catalog)
+
+    t = sub.add_parser("trace", help="generate or inspect routing traces")
+    tsub = t.add_subparsers(dest="trace_cmd", required=True)
+    g = tsub.add_parser("gen", help="generate traces to an .npz file")
+    g.add_argument("spec", help="generator spec, e.g. powerlaw:alpha=1.5")
+    g.add_argument("--out", required=True)
+    g.add_argument("--experts", type=_positive_int, required=True)
+    g.add_argument("--top-k", type=_positive_int, required=True)
+    g.add_argument("--tokens", type=_positive_int, default=256)
+    g.add_argument("--traces", type=_positive_int, default=16)
+    g.add_argument("--iterations", type=_positive_int, default=1)
+    g.add_argument("--layers", type=_positive_int, default=1)
+    g.add_argument("--seed", type=int, default=0)
+    i = tsub.add_parser("inspect", help="summarize a trace file")
+    i.add_argument("file")
+    t.set_defaults(fn=_trace)
+    return p
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{s!r} must be >= 1")
+    return v
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except MoejaxError as e:
+        print(f"moejax: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("moejax: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,376 @@
+"""Synchronous expert parallelism: the barrier-style baseline every paper compares against.
+
+One MoE layer (000 §VI-A "EP", 001 §II-B, 002 §2 Fig. 4, 003 §3, 004 §II): tokens are
+dispatched all-to-all to the devices holding their experts, each device runs its experts,
+and the outputs are combined all-to-all back; every phase ends at a barrier, so the slowest
+device (and the busiest link) sets the pace. A forward pass adds attention (data parallel,
+or tensor parallel with a ring all-reduce) and the dense blocks, all by roofline.
+
+The system scans over the iterations of a trace (one step = one forward pass over every
+layer, the layers vmapped); per trace it reports latency with a compute / memory /
+communication breakdown, per-device utilization and bytes per link.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from moejax import relax
+from moejax.engine import System
+from moejax.errors import ConfigError
+from moejax.hardware import Platform
+from moejax.models import ModelSpec
+from moejax.physics import collectives, topology
+from moejax.physics.roofline import compute_time_s, memory_time_s
+from moejax.trace import Trace
+
+ATTENTION_MODES = ("dp", "tp")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EPConfig:
+    """Static configuration of synchronous EP (hashable by identity)."""
+
+    platform: Platform
+    model: ModelSpec
+    topo: topology.Topology
+    attention: str = "dp"  # "dp": each device attends its own tokens; "tp": TP groups
+    tp_size: int = 1  # devices per attention TP group (attention == "tp")
+    context_len: int = 0  # KV-cache tokens each token attends to (0: prefill-only, causal)
+    dtype: str = "bf16"
+
+    @property
+    def num_devices(self) -> int:
+        return self.topo.num_devices
+
+    @property
+    def tp_groups(self) -> np.ndarray:
+        """int [G, g]: device ids of each attention TP group (contiguous blocks)."""
+        g = self.tp_size if self.attention == "tp" else 1
+        return np.arange(self.num_devices).reshape(-1, g)
+
+
+def make_config(platform: Platform, model: ModelSpec, *, attention: str = "dp",
+                tp_size: int = 1, context_len: int = 0, dtype: str = "bf16") -> EPConfig:
+    """Validated EPConfig; the topology is built once here."""
+    if attention not in ATTENTION_MODES:
+        raise ConfigError(f"attention = {attention!r}; allowed: {', '.join(ATTENTION_MODES)}")
+    if attention == "tp" and (tp_size < 1 or platform.num_devices % tp_size):
+        raise ConfigError(
+            f"tp_size = {tp_size} must divide the {platform.num_devices} devices of "
+            f"{platform.name}"
+        )
+    if context_len < 0:
+        raise ConfigError(f"context_len = {context_len} must be >= 0")
+    return EPConfig(platform, model, topology.build(platform), attention,
+                    tp_size if attention == "tp" else 1, context_len, dtype)
+
+
+@struct.dataclass
+class EPParams:
+    """Tunable parameters of EP.
+
+    placement [E, D]: share of expert e's tokens served by device d (rows sum to 1; one-hot
+      for plain EP, fractional for replicas that split an expert's tokens evenly).
+    tau: relaxation temperature, dimensionless (0 = exact); see `moe_layer`.
+    """
+
+    placement: jax.Array
+    tau: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
+
+
+def round_robin_placement(num_experts: int, num_devices: int) -> jax.Array:
+    """Expert e on device e mod D (each device hosts a distinct subset; 000 §VI-A EP)."""
+    return jax.nn.one_hot(np.arange(num_experts) % num_devices, num_devices)
+
+
+def contiguous_placement(num_experts: int, num_devices: int) -> jax.Array:
+    """Experts in contiguous blocks: e on device e * D // E (DeepSpeed / SGLang default)."""
+    return jax.nn.one_hot(np.arange(num_experts) * num_devices // num_experts, num_devices)
+
+
+def default_params(cfg: EPConfig, placement: str = "contiguous") -> EPParams:
+    """EPParams with a named placement (`contiguous` or `round-robin`)."""
+    makers = {"contiguous": contiguous_placement, "round-robin": round_robin_placement}
+    if placement not in makers:
+        raise ConfigError(f"placement = {placement!r}; allowed: {', '.join(makers)}")
+    return EPParams(placement=makers[placement](cfg.model.num_experts, cfg.num_devices))
+
+
+def check_placement(placement, num_experts: int, num_devices: int) -> None:
+    """Raise ConfigError unless placement is [E, D], nonnegative, rows summing to 1."""
+    p = np.asarray(placement)
+    if p.shape != (num_experts, num_devices):
+        raise ConfigError(f"placement: expected shape [E, D] = {(num_experts, num_devices)}, "
+                          f"got {p.shape}")
+    if (p < 0).any() or not np.allclose(p.sum(1), 1.0, atol=1e-5):
+        raise ConfigError("placement: entries must be >= 0 and each expert's row sum to 1")
+
+
+def token_owner(cfg: EPConfig, num_tokens: int) -> np.ndarray:
+    """int [N]: device that dispatches token slot n.
+
+    Tokens are spread round-robin over the DP groups; inside a TP group (which holds every
+    token of the group after its all-reduce) member (n // G) mod g dispatches token n.
+    """
+    groups = cfg.tp_groups
+    n_groups, g = groups.shape
+    n = np.arange(num_tokens)
+    return groups[n % n_groups, (n // n_groups) % g]
+
+
+# --- one MoE layer -------------------------------------------------------------------------
+
+
+def layer_demand(cfg: EPConfig, params: EPParams, expert_ids, token_mask, counts):
+    """Dispatch traffic [D, D] (bytes) and tokens per (device, expert) [D, E] of one layer.
+
+    expert_ids [N, K], token_mask [N], counts [E]. For counts-only traces (N = 0) every
+    device is assumed to send an equal share of each expert's tokens.
+    """
+    m, d = cfg.model, cfg.num_devices
+    place = params.placement.astype(jnp.float32)
+    tokens_de = (counts[:, None] * place).T  # [D, E]
+    if expert_ids.shape[0] > 0:
+        owner = jax.nn.one_hot(token_owner(cfg, expert_ids.shape[0]), d)  # [N, D]
+        routed = jax.nn.one_hot(expert_ids, m.num_experts).sum(-2) * token_mask[:, None]
+        src_e = owner.T @ routed  # [D, E] tokens each device sends to each expert
+    else:
+        src_e = jnp.broadcast_to(counts / d, (d, m.num_experts))
+    traffic = (src_e @ place) * m.token_bytes  # [D(src), D(dst)]
+    return traffic, tokens_de
+
+
+def expert_time_s(cfg: EPConfig, tokens_de, tau, tau_tokens=0.0):
+    """Per-device expert time [D] and its compute part [D]: roofline of each local expert.
+
+    An expert that received at least one token loads its weights from local memory once.
+    tau: temperature in seconds; tau_tokens: in tokens (for the "used" indicator).
+    """
+    m, dev = cfg.model, cfg.platform.device
+    peak = dev.flops(cfg.dtype)
+    comp = compute_time_s(tokens_de * m.expert_flops_per_token, peak)  # [D, E]
+    mem = memory_time_s(relax.positive(tokens_de, tau_tokens) * m.expert_weight_bytes,
+                        dev.memory_Bps)
+    t = relax.maximum(comp, mem, tau).sum(-1)
+    return t, comp.sum(-1)
+
+
+def shared_time_s(cfg: EPConfig, tokens_d, tau):
+    """Shared experts [D]: each device runs them on the tokens it owns."""
+    m, dev = cfg.model, cfg.platform.device
+    if m.num_shared_experts == 0:
+        return jnp.zeros_like(tokens_d), jnp.zeros_like(tokens_d)
+    comp = compute_time_s(tokens_d * m.shared_flops_per_token, dev.flops(cfg.dtype))
+    mem = memory_time_s(m.shared_weight_bytes, dev.memory_Bps)
+    return relax.maximum(comp, mem, tau), comp
+
+
+def owned_tokens(cfg: EPConfig, token_mask, n_tokens):
+    """Tokens owned (dispatched) per device [D]."""
+    d = cfg.num_devices
+    if token_mask.shape[-1] > 0:
+        owner = jax.nn.one_hot(token_owner(cfg, token_mask.shape[-1]), d)
+        return token_mask.astype(jnp.float32) @ owner
+    return jnp.full((d,), n_tokens / d)
+
+
+def time_scale_s(cfg: EPConfig) -> float:
+    """Characteristic time (one expert's weight load) that makes `tau` dimensionless."""
+    return cfg.model.expert_weight_bytes / cfg.platform.device.memory_Bps
+
+
+def moe_layer(cfg: EPConfig, params: EPParams, expert_ids, token_mask, counts):
+    """Timing of one synchronous MoE layer: dict of scalars and per-device / per-link arrays.
+
+    `params.tau` is dimensionless: max / min over times use tau * `time_scale_s(cfg)`,
+    "expert used" indicators use tau tokens.
+    """
+    tau = params.tau * time_scale_s(cfg)
+    traffic, tokens_de = layer_demand(cfg, params, expert_ids, token_mask, counts)
+    dispatch = collectives.all_to_all_time_s(traffic, cfg.topo, tau)
+    combine = collectives.all_to_all_time_s(traffic.T, cfg.topo, tau)
+    n_tokens = counts.sum() / cfg.model.top_k
+    t_exp, c_exp = expert_time_s(cfg, tokens_de, tau, params.tau)
+    t_sh, c_sh = shared_time_s(cfg, owned_tokens(cfg, token_mask, n_tokens), tau)
+    busy = t_exp + t_sh
+    compute_busy = c_exp + c_sh
+    slowest = relax.max(busy, tau)
+    link_bytes = cfg.topo.link_loads(traffic) + cfg.topo.link_loads(traffic.T)
+    return {
+        "latency_s": dispatch + slowest + combine,
+        "comm_s": dispatch + combine,
+        "expert_s": slowest,
+        "compute_s": relax.max(compute_busy, tau),
+        "device_busy_s": busy,
+        "device_compute_s": compute_busy,
+        "link_bytes": link_bytes,
+        "tokens_per_device": tokens_de.sum(-1),
+    }
+
+
+# --- attention and dense blocks ------------------------------------------------------------
+
+
+def attention_time_s(cfg: EPConfig, n_tokens, tau):
+    """One attention block (roofline, plus the TP all-reduce), and its compute part.
+
+    DP: every device holds all attention weights and attends its N/D tokens. TP: a group of
+    g devices shares each token; weights and heads are split g ways, then a ring all-reduce
+    of the group's hidden states (001 §II-B Fig. 5).
+    """
+    m, dev = cfg.model, cfg.platform.device
+    groups = cfg.tp_groups
+    n_groups, g = groups.shape
+    tok = n_tokens / n_groups  # tokens per DP group
+    ctx = cfg.context_len if cfg.context_len > 0 else tok / 2  # causal prefill: mean context
+    qk_dim = m.num_heads * m.head_dim
+    flops = tok * (m.attention_flops_per_token + 4.0 * ctx * qk_dim) / g
+    bytes_ = (m.attention_weight_bytes + tok * ctx * m.kv_bytes_per_token * (cfg.context_len > 0)
+              ) / g
+    comp = compute_time_s(flops, dev.flops(cfg.dtype))
+    t = relax.maximum(comp, memory_time_s(bytes_, dev.memory_Bps), tau)
+    if g > 1:
+        t = t + collectives.all_reduce_time_s(tok * m.token_bytes, groups, cfg.topo, tau)
+    return t, comp
+
+
+def dense_ffn_time_s(cfg: EPConfig, n_tokens, tau):
+    """One dense FFN block, data parallel over devices (0 if the model has none)."""
+    m, dev = cfg.model, cfg.platform.device
+    if m.num_dense_layers == 0 or m.dense_ffn_size == 0:
+        return jnp.float32(0.0)
+    tok = n_tokens / cfg.num_devices
+    flops = tok * 2.0 * m.ffn_matrices * m.hidden_size * m.dense_ffn_size
+    bytes_ = m.ffn_matrices * m.hidden_size * m.dense_ffn_size * m.weight_bytes
+    return relax.maximum(compute_time_s(flops, dev.flops(cfg.dtype)),
+                         memory_time_s(bytes_, dev.memory_Bps), tau)
+
+
+# --- the system ----------------------------------------------------------------------------
+
+
+@struct.dataclass
+class EPState:
+    """Accumulators over iterations (all float32)."""
+
+    trace: Trace
+    layer_latency_s: jax.Array  # sum over iterations of the mean MoE-layer latency
+    forward_s: jax.Array  # sum of forward-pass latencies
+    comm_s: jax.Array  # sum of per-layer all-to-all time (dispatch + combine)
+    compute_s: jax.Array  # sum of per-layer critical compute time
+    expert_s: jax.Array  # sum of per-layer critical expert time (compute or memory)
+    attention_s: jax.Array  # sum of attention (+ dense) time per forward
+    device_compute_s: jax.Array  # [D] compute-busy time per device
+    link_bytes: jax.Array  # [Lk] bytes per link
+    iterations: jax.Array  # iterations with tokens
+
+
+def build(cfg: EPConfig, num_iterations: int) -> System:
+    """Synchronous EP as an init / step / finish system over `num_iterations` iterations."""
+    d, lk = cfg.num_devices, cfg.topo.num_links
+
+    def init(params: EPParams, trace: Trace, key):
+        del key
+        z = jnp.float32(0.0)
+        return EPState(trace, z, z, z, z, z, z, jnp.zeros(d), jnp.zeros(lk), z)
+
+    def step(params: EPParams, state: EPState, t):
+        tr = state.trace
+        ids, mask = tr.expert_ids[t], tr.token_mask[t]  # [L, N, K], [N]
+        counts = tr.counts[t]  # [L, E]
+        layers = jax.vmap(lambda i, c: moe_layer(cfg, params, i, mask, c))(ids, counts)
+        n_tokens = counts[0].sum() / cfg.model.top_k
+        tau_s = params.tau * time_scale_s(cfg)
+        att, _ = attention_time_s(cfg, n_tokens, tau_s)
+        dense = dense_ffn_time_s(cfg, n_tokens, tau_s)
+        m = cfg.model
+        # the trace's L layers sample the model's sparse layers: scale their mean
+        forward = (layers["latency_s"].mean() * m.num_sparse_layers + m.num_layers * att
+                   + m.num_dense_layers * dense)
+        real = (n_tokens > 0).astype(jnp.float32)
+        n_layers = layers["latency_s"].shape[0]
+        new = state.replace(
+            layer_latency_s=state.layer_latency_s + real * layers["latency_s"].mean(),
+            forward_s=state.forward_s + real * forward,
+            comm_s=state.comm_s + real * layers["comm_s"].mean(),
+            compute_s=state.compute_s + real * layers["compute_s"].mean(),
+            expert_s=state.expert_s + real * layers["expert_s"].mean(),
+            attention_s=state.attention_s + real * (m.num_layers * att
+                                                    + m.num_dense_layers * dense),
+            device_compute_s=state.device_compute_s
+            + real * layers["device_compute_s"].sum(0) / n_layers,
+            link_bytes=state.link_bytes + real * layers["link_bytes"].sum(0),
+            iterations=state.iterations + real,
+        )
+        return new, layers["latency_s"].mean()
+
+    def finish(params: EPParams, state: EPState, outs):
+        n = jnp.maximum(state.iterations, 1.0)
+        layer = state.layer_latency_s / n
+        return {
+            "latency_s": layer,
+            "forward_s": state.forward_s / n,
+            "comm_s": state.comm_s / n,
+            "compute_s": state.compute_s / n,
+            "memory_s": (state.expert_s - state.compute_s) / n,
+            "attention_s": state.attention_s / n,
+            "utilization": state.device_compute_s / jnp.maximum(state.layer_latency_s, 1e-30),
+            "utilization_mean": (state.device_compute_s
+                                 / jnp.maximum(state.layer_latency_s, 1e-30)).mean(),
+            "link_bytes": state.link_bytes / n,
+            "tokens_per_s": (state.trace.tokens_per_iteration().sum()
+                             / jnp.maximum(state.forward_s, 1e-30)),
+            "layer_latency_per_iter_s": outs,
+        }
+
+    return System(name="ep", init=init, step=step, finish=finish, num_steps=num_iterations)
+
+
+# --- policy options ------------------------------------------------------------------------
+
+
+def _read_options(t, platform: Platform | None = None, model: ModelSpec | None = None):
+    opts = dict(
+        attention=t.str("attention", "dp", choices=ATTENTION_MODES),
+        tp_size=t.int("tp_size", 1),
+        context_len=t.int("context_len", 0, lo=0),
+    )
+    placement = t._get("placement", "contiguous", False)
+    t.close()
+    if isinstance(placement, str):
+        if placement not in ("contiguous", "round-robin"):
+            raise ConfigError(f"{t.where}: key 'placement' = {placement!r}; allowed: "
+                              "contiguous, round-robin, or a list of device ids per expert")
+    elif not (isinstance(placement, list) and all(isinstance(x, int) for x in placement)):
+        raise ConfigError(f"{t.where}: key 'placement' must be a name or a list of device ids")
+    elif model is not None and platform is not None:
+        if len(placement) != model.num_experts or not all(
+            0 <= x < platform.num_devices for x in placement
+        ):
+            raise ConfigError(
+                f"{t.where}: key 'placement' needs {model.num_experts} device ids in "
+                f"[0, {platform.num_devices}), got {len(placement)} ids"
+            )
+    return opts, placement
+
+
+def check_options(t) -> None:
+    """Validate a policy's [options] for EP (names, types, ranges)."""
+    _read_options(t)
+
+
+def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
+    """(System, params) for EP from a policy's options Table."""
+    opts, placement = _read_options(t, platform, model)
+    cfg = make_config(platform, model, **opts)
+    if isinstance(placement, str):
+        params = default_params(cfg, placement)
+    else:
+        params = EPParams(placement=jax.nn.one_hot(np.asarray(placement), cfg.num_devices))
+    return build(cfg, num_iterations), params

@@ -1,0 +1,80 @@
+"""Shared fixtures: small platforms and models built in code (no catalog dependency)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from moejax.hardware import parse_platform
+from moejax.models import ModelSpec
+from moejax.trace import counts_from_ids
+from moejax.trace.core import Trace
+
+
+def make_platform(kind="mesh2d", **topo):
+    base = {
+        "mesh2d": dict(rows=2, cols=2),
+        "ring": {},
+        "switch": {},
+        "hierarchical": dict(nodes=2, devices_per_node=2, inter_Bps=25e9, inter_latency_s=2e-6),
+        "multi_wafer_mesh": dict(rows=2, cols=2, wafer_rows=1, wafer_cols=2, border_Bps=100e9),
+    }[kind]
+    base.update(topo)
+    n = {
+        "mesh2d": base.get("rows", 0) * base.get("cols", 0),
+        "multi_wafer_mesh": base.get("rows", 0) * base.get("cols", 0) * base.get("wafer_rows", 1)
+        * base.get("wafer_cols", 1),
+        "hierarchical": base.get("nodes", 0) * base.get("devices_per_node", 0),
+    }.get(kind, base.pop("devices", 4))
+    data = {
+        "family": "chiplet",
+        "description": "test",
+        "source": "test",
+        "num_devices": n,
+        "device": {
+            "peak_flops": {"bf16": 5e12},
+            "onchip_buffer_bytes": 4e6,
+            "memory_capacity_bytes": 8e9,
+            "memory_Bps": 25.6e9,
+        },
+        "topology": {"kind": kind, "link_Bps": 288e9, "hop_latency_s": 4e-9, **base},
+    }
+    return parse_platform(data, "test.toml", f"test-{kind}")
+
+
+def make_model(num_experts=16, top_k=2, shared=0, **kw):
+    args = dict(
+        name="tiny", source="test", hidden_size=256, expert_ffn_size=128,
+        num_experts=num_experts, top_k=top_k, num_shared_experts=shared,
+        shared_ffn_size=128 if shared else 0, num_sparse_layers=4, num_layers=6,
+        dense_ffn_size=512, num_heads=4, num_kv_heads=2, head_dim=64, attention_kind="GQA",
+    )
+    args.update(kw)
+    return ModelSpec(**args)
+
+
+def random_trace(key, t, i, l, n, e, k, valid=None) -> Trace:
+    """Uniform top-k routing without replacement; `valid` tokens per iteration (else all)."""
+    keys = jax.random.split(key, t * i * l * n)
+    ids = jax.vmap(lambda kk: jax.random.choice(kk, e, (k,), replace=False))(keys)
+    ids = ids.reshape(t, i, l, n, k)
+    mask = jnp.ones((t, i, n), bool)
+    if valid is not None:
+        mask = jnp.arange(n)[None, None, :] < jnp.asarray(valid)[..., None]
+    ids = jnp.where(mask[:, :, None, :, None], ids, -1)
+    return Trace(
+        expert_ids=ids.astype(jnp.int32),
+        gate_weights=jnp.where(ids >= 0, 1.0 / k, 0.0),
+        token_mask=mask,
+        token_request=-jnp.ones((t, i, n), jnp.int32),
+        counts=counts_from_ids(ids, e),
+        num_experts=e,
+        top_k=k,
+    )
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
