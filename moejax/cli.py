@@ -165,6 +165,23 @@ def _trace(args) -> int:
     return 0
 
 
+def _reproduce(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from moejax import reproduce
+
+    report = reproduce.run(args.study, Path(args.out), args.quick)
+    t = Table(title=f"{args.study}: claims ({'quick' if args.quick else 'full'} run)")
+    for c in ("id", "paper", "simulated", "holds"):
+        t.add_column(c)
+    for c in report.claims:
+        t.add_row(c.id, c.paper, str(c.simulated), "yes" if c.holds else "NO")
+    Console().print(t)
+    print(f"wrote {len(report.files)} files and summary.json to {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="moejax", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -191,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("catalog", help="list hardware, models or policies")
     c.add_argument("what", choices=["hardware", "models", "policies"])
     c.set_defaults(fn=_catalog)
+
+    r = sub.add_parser("reproduce", help="regenerate a paper's headline results")
+    r.add_argument("study", help="study name (see moejax.reproduce.STUDIES)")
+    r.add_argument("--quick", action="store_true", help="small grid, a few minutes on 2 cores")
+    r.add_argument("--out", required=True, help="folder for CSV, PNG and summary.json")
+    r.set_defaults(fn=_reproduce)
 
     t = sub.add_parser("trace", help="generate or inspect routing traces")
     tsub = t.add_subparsers(dest="trace_cmd", required=True)

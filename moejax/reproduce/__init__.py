@@ -1,0 +1,65 @@
+"""`moejax reproduce NAME`: each paper's headline studies as CSV + PNG + summary.json.
+
+A study module `moejax.reproduce.<name>` defines `run(out_dir: Path, quick: bool) -> Report`.
+Register it in `STUDIES` (name -> module path); it is imported only when asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+from typing import Any
+
+from moejax.errors import UnknownNameError
+from moejax.results import atomic_write_json
+
+STUDIES: dict[str, str] = {
+    # "fsedp": "moejax.reproduce.fsedp",
+    # "moentwine": "moejax.reproduce.moentwine",
+    # "amoe": "moejax.reproduce.amoe",
+}
+
+
+@dataclasses.dataclass
+class Claim:
+    """One headline claim: what the paper says, what moejax measured, and whether it holds."""
+
+    id: str
+    paper: str  # the paper's statement and figure, e.g. "1.22-2.00x faster than EP (Fig. 9)"
+    simulated: Any  # the measured number(s)
+    holds: bool
+    note: str = ""  # why it does not hold, or what differs
+
+
+@dataclasses.dataclass
+class Report:
+    study: str
+    claims: list[Claim]
+    files: list[str]  # CSV / PNG written, relative to out_dir
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def write_summary(out_dir: Path, report: Report, quick: bool) -> Path:
+    """summary.json with the `claims` list (id, paper, simulated, holds, note)."""
+    path = Path(out_dir) / "summary.json"
+    atomic_write_json(path, {
+        "study": report.study,
+        "quick": quick,
+        "claims": [dataclasses.asdict(c) for c in report.claims],
+        "files": report.files,
+        **report.extra,
+    })
+    return path
+
+
+def run(name: str, out_dir: Path, quick: bool) -> Report:
+    """Run a registered study and write its summary.json."""
+    if name not in STUDIES:
+        raise UnknownNameError("study", name, STUDIES)
+    module = importlib.import_module(STUDIES[name])
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = module.run(out_dir, quick)
+    write_summary(out_dir, report, quick)
+    return report
