@@ -101,7 +101,7 @@ def simulate(
     results = []
     with _progress(show, len(starts), system.name) as advance:
         for s in starts:
-            tr = jax.tree_util.tree_map(lambda x: x[s : s + chunk], traces)
+            tr = jax.tree_util.tree_map(lambda x, s=s: x[s : s + chunk], traces)
             ks = keys[s : s + chunk]
             tr, ks = _shard(tr, ks)
             results.append(fn(params, tr, ks))

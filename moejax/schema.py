@@ -1,4 +1,4 @@
-"""Strict reading of TOML tables into typed fields: unknown, missing, mistyped, out-of-range keys."""
+"""Strict reading of TOML tables: unknown, missing, mistyped and out-of-range keys."""
 
 from __future__ import annotations
 

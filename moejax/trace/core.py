@@ -84,7 +84,8 @@ def from_ids(expert_ids, gate_weights, token_mask, num_experts: int,
     token_mask = np.asarray(token_mask)
     if token_request is None:
         token_request = np.full(token_mask.shape, -1, np.int32)
-    ids = jnp.asarray(expert_ids, jnp.int32)
+    valid = token_mask[..., None, :, None] if token_mask.ndim else token_mask
+    ids = jnp.asarray(np.where(valid, expert_ids, -1), jnp.int32)  # padding never counts
     t = Trace(
         expert_ids=ids,
         gate_weights=jnp.asarray(gate_weights, jnp.float32),
@@ -139,6 +140,8 @@ def validate(t: Trace, raw=None) -> Trace:
     batch = ids.shape[:-4]
     i, l, n, k = ids.shape[-4:]
     e = t.num_experts
+    if isinstance(e, np.integer):
+        e = int(e)
     if not isinstance(e, int) or e < 1:
         raise TraceError(f"num_experts: must be an integer >= 1, got {e!r}")
     if not isinstance(t.top_k, int) or t.top_k < 1 or t.top_k != k:
@@ -166,7 +169,7 @@ def validate(t: Trace, raw=None) -> Trace:
             )
         sorted_ids = np.sort(np.where(valid, ids, -1 - np.arange(k)), axis=-1)
         if (np.diff(sorted_ids, axis=-1) == 0).any():
-            where = tuple(int(x) for x in np.argwhere((np.diff(sorted_ids, axis=-1) == 0))[0])
+            where = tuple(int(x) for x in np.argwhere(np.diff(sorted_ids, axis=-1) == 0)[0])
             raise TraceError(f"expert_ids: a token chose the same expert twice, near {where[:-1]}")
         if not np.isfinite(w).all():
             where = tuple(int(x) for x in np.argwhere(~np.isfinite(w))[0])
