@@ -141,7 +141,7 @@ def _catalog(args) -> int:
         for name in policy_names():
             p = load_policy(name)
             t.add_row(name, p.system, p.description, p.source)
-    Console().print(t)
+    Console(width=max(Console().width, 200)).print(t)
     return 0
 
 
