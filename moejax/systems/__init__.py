@@ -6,6 +6,8 @@ import dataclasses
 from collections.abc import Callable
 
 from moejax.systems import ep
+from moejax.systems.amoe import policy as amoe_policy
+from moejax.systems.wafer import system as wafer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,4 +28,10 @@ class SystemEntry:
 
 SYSTEMS: dict[str, SystemEntry] = {
     "ep": SystemEntry(ep.check_options, ep.from_policy, ("chiplet", "wafer", "gpu"), False),
+    "wafer": SystemEntry(wafer.check_options, wafer.from_policy, ("wafer", "gpu"), False),
+    # 002 AMoE: run on request streams (4th from_policy argument = requests per stream)
+    "aep": SystemEntry(amoe_policy.check_aep_options, amoe_policy.aep_from_policy,
+                       ("gpu", "chiplet", "wafer"), False),
+    "ep_serving": SystemEntry(amoe_policy.check_sync_options, amoe_policy.sync_from_policy,
+                              ("gpu", "chiplet", "wafer"), False),
 }

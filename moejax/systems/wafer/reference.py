@@ -1,0 +1,145 @@
+"""Plain-Python reference of one wafer EP layer (001 §III-B, §IV, §V-A), for tests.
+
+Same rules as `system.layer` in hard mode, written as loops over tokens, routes and ring
+steps (mesh platforms only): each (token, expert) pair is fetched from the nearest holder of
+the token (ties split evenly), routes are walked link by link in XY order, a phase lasts
+max(link bytes / bandwidth) + the longest active route's latency.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moejax.systems.wafer import mapping as mp
+
+
+def xy_links(rows: int, cols: int, s: int, d: int) -> list[int]:
+    """Directed link indices of the XY route s -> d (moejax.physics.topology link order)."""
+    nh, nv = rows * (cols - 1), (rows - 1) * cols
+    (r, c), (tr, tc) = divmod(s, cols), divmod(d, cols)
+    out = []
+    while c != tc:
+        if tc > c:
+            out.append(r * (cols - 1) + c)
+            c += 1
+        else:
+            out.append(nh + r * (cols - 1) + c - 1)
+            c -= 1
+    while r != tr:
+        if tr > r:
+            out.append(2 * nh + r * cols + c)
+            r += 1
+        else:
+            out.append(2 * nh + nv + (r - 1) * cols + c)
+            r -= 1
+    return out
+
+
+def phase(traffic: np.ndarray, topo) -> tuple[float, float, np.ndarray]:
+    """(busy_s, latency_s, loads [Lk]) of one phase, walking every route."""
+    d = traffic.shape[0]
+    loads = np.zeros(topo.num_links)
+    lat = 0.0
+    for s in range(d):
+        for t in range(d):
+            if s == t or traffic[s, t] <= 0:
+                continue
+            for link in xy_links(topo.rows, topo.cols, s, t):
+                loads[link] += traffic[s, t]
+            lat = max(lat, float(topo.path_latency_s[s, t]))
+    return float((loads / topo.link_Bps).max()), lat, loads
+
+
+def dispatch(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray):
+    """Dispatch traffic [D, D] bytes by a loop over tokens and their experts."""
+    m = cfg.mapping
+    d = cfg.num_devices
+    hops = mp.mesh_hops(m.rows, m.cols)
+    hs = mp.token_holder_sets(m, expert_ids.shape[0])
+    traffic = np.zeros((d, d))
+    for n in range(expert_ids.shape[0]):
+        if not token_mask[n]:
+            continue
+        holders = [x for x in range(d) if m.holders[hs[n], x] > 0]
+        for e in expert_ids[n]:
+            hosts = [x for x in range(d) if host[e, x] > 0]
+            for dst in hosts:
+                best = min(hops[h, dst] for h in holders)
+                near = [h for h in holders if hops[h, dst] == best]
+                for h in near:
+                    traffic[h, dst] += cfg.model.token_bytes / len(hosts) / len(near)
+    return traffic
+
+
+def allreduce(cfg, n_tokens: float):
+    """(busy_s, latency_s, loads) of the all-reduce by explicit ring steps."""
+    m = cfg.mapping
+    d = cfg.num_devices
+    vol = n_tokens / m.num_groups * cfg.model.token_bytes
+    rings = []
+    g = m.groups.shape[1]
+    if g > 1:
+        rings.append(m.groups)
+        if m.name != "her" and m.retain_allgather:
+            rings.append(m.groups)
+    if m.name == "her":
+        rings.append(m.wafer_peers)
+    busy = lat = 0.0
+    loads = np.zeros(cfg.topo.num_links)
+    for ring in rings:
+        step = np.zeros((d, d))
+        for members in ring:
+            for i in range(len(members)):
+                a, b = members[i], members[(i + 1) % len(members)]
+                if a != b:
+                    step[a, b] += vol / g
+        b_s, l_s, ld = phase(step, cfg.topo)
+        steps = len(ring[0]) - 1
+        busy, lat, loads = busy + steps * b_s, lat + steps * l_s, loads + steps * ld
+    return busy, lat, loads
+
+
+def layer(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray) -> dict:
+    """Hard-mode timing of one layer with token-level routing (mesh platforms)."""
+    mdl, dev = cfg.model, cfg.platform.device
+    e, d = host.shape
+    counts = np.zeros(e)
+    for n in range(expert_ids.shape[0]):
+        if token_mask[n]:
+            for x in expert_ids[n]:
+                counts[x] += 1
+    n_tokens = counts.sum() / mdl.top_k
+    traffic = dispatch(cfg, host, expert_ids, token_mask)
+    db, dl, dloads = phase(traffic, cfg.topo)
+    cb, cl, cloads = phase(traffic.T, cfg.topo)
+    served = host / host.sum(1, keepdims=True)
+    dev_s = np.zeros(d)
+    for x in range(d):
+        for y in range(e):
+            tok = counts[y] * served[y, x]
+            comp = tok * mdl.expert_flops_per_token / dev.flops(cfg.expert_dtype)
+            mem = (tok > 0) * mdl.expert_weight_bytes / dev.memory_Bps
+            dev_s[x] += max(comp, mem)
+    t_exp = dev_s.max()
+    ab, al, aloads = allreduce(cfg, n_tokens)
+    groups, g = cfg.mapping.groups.shape
+    tok = n_tokens / groups
+    ctx = cfg.context_len if cfg.context_len > 0 else tok / 2
+    flops = tok * (mdl.attention_flops_per_token + 4.0 * ctx * mdl.num_heads * mdl.head_dim) / g
+    kv = tok * ctx * mdl.kv_bytes_per_token * (cfg.context_len > 0)
+    att = max(flops / dev.flops(cfg.attention_dtype),
+              (mdl.attention_weight_bytes + kv) / g / dev.memory_Bps)
+    best = None
+    for m in cfg.micro_batches:
+        a_st = [att / m, ab / m + al]
+        m_st = [db / m + dl, t_exp / m, cb / m + cl]
+        total = sum(a_st) + (m - 1) * max(a_st) + sum(m_st) + (m - 1) * max(m_st)
+        if best is None or total < best[0]:
+            best = (total, m)
+    hops = mp.mesh_hops(cfg.mapping.rows, cfg.mapping.cols)
+    return {
+        "layer_s": best[0], "micro_batches": best[1], "all_to_all_s": db + dl + cb + cl,
+        "all_reduce_s": ab + al, "moe_compute_s": t_exp, "attention_s": att,
+        "avg_hops": (traffic * hops).sum() / traffic.sum(), "a2a_link_bytes": dloads + cloads,
+        "ar_link_bytes": aloads, "device_tokens": (counts[:, None] * served).sum(0),
+    }

@@ -1,0 +1,492 @@
+"""Wafer-scale expert parallelism (001 MoEntwine) as an init / step / finish system.
+
+One step is one inference iteration over the trace's sampled MoE layers (vmapped); per
+layer (001 §II-B Fig. 5, §IV, §V-A):
+
+1. attention (DP over TP groups, TP inside each group) by roofline, then the TP ring
+   all-reduce = reduce-scatter + all-gather (the all-gather can be dropped, §IV-A, VI-B6;
+   HER-Mapping: intra-wafer reduce-scatter + inter-wafer all-gather, §IV-B4);
+2. MoE dispatch all-to-all: every (token, expert) pair goes from the nearest device holding
+   the token (its TP group after the all-gather, §IV-A FTD "hops") to the devices serving
+   the expert, split evenly over the expert's replicas (shadow slots, §III-C); contention
+   from the per-link loads of XY routing (`moejax.physics.collectives`), Eq. 1 latency;
+3. experts by roofline on each device; 4. combine all-to-all (the dispatch reversed).
+
+Attention with its all-reduce, and dispatch / experts / combine, are pipelined over
+micro-batches (PipeMoE-like, §V-A Fig. 11(e), §VI-B: the best count of `micro_batches`).
+A balancer (`balancer.py`) re-plans the shadow slots when Eq. 2 triggers; the copies move
+on a migration stream: invasive = a migration phase on the critical path; non-invasive =
+Local steps on links that are cold during the all-reduce and Global steps on links cold
+during the all-to-all (§V-A), only what neither can carry spills onto the critical path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from moejax import relax
+from moejax.engine import System
+from moejax.errors import ConfigError
+from moejax.hardware import Platform
+from moejax.models import ModelSpec
+from moejax.physics import collectives, topology
+from moejax.physics.roofline import compute_time_s, memory_time_s
+from moejax.systems.wafer import balancer as bal
+from moejax.systems.wafer import mapping as mp
+from moejax.trace import Trace
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class WaferConfig:
+    """Static configuration (hashable by identity); arrays are built once by `make_config`."""
+
+    platform: Platform
+    model: ModelSpec
+    topo: topology.Topology
+    mapping: mp.Mapping
+    source_split: np.ndarray  # [H, D, D] share of holder set h's tokens dst fetches from src
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    balancer: str = "none"
+    invasive: bool = True
+    shadow_slots: int = 0
+    history_decay: float = 0.8  # EMA factor of the historical expert load (Alg. 1 Load_e)
+    cold_fraction: float = 0.5  # a link is cold in a phase below this share of its peak load
+    expert_dtype: str = "int8"  # 001 §VI-A: INT8 linear layers
+    attention_dtype: str = "fp16"  # 001 §VI-A: FP16 attention and communication
+    context_len: int = 0
+
+    @property
+    def num_devices(self) -> int:
+        return self.topo.num_devices
+
+    @property
+    def num_holder_sets(self) -> int:
+        return int(self.mapping.holders.shape[0])
+
+
+def make_config(platform: Platform, model: ModelSpec, *, mapping: str = "baseline",
+                tp_size: int = 4, retain_allgather: bool = True,
+                micro_batches: tuple[int, ...] = (1, 2, 4, 8), balancer: str = "none",
+                invasive: bool = True, shadow_slots: int = 0, history_decay: float = 0.8,
+                cold_fraction: float = 0.5, context_len: int = 0) -> WaferConfig:
+    """Validated WaferConfig; topology, mapping and source split are built once here."""
+    topo = topology.build(platform)
+    spec = platform.topology
+    if balancer not in bal.BALANCERS:
+        raise ConfigError(f"balancer = {balancer!r}; allowed: {', '.join(bal.BALANCERS)}")
+    if shadow_slots < 0:
+        raise ConfigError(f"shadow_slots = {shadow_slots} must be >= 0")
+    if not micro_batches or any(m < 1 for m in micro_batches):
+        raise ConfigError(f"micro_batches = {micro_batches} must be a non-empty list of ints >= 1")
+    if not 0.0 <= history_decay < 1.0:
+        raise ConfigError(f"history_decay = {history_decay} must be in [0, 1)")
+    if not 0.0 < cold_fraction <= 1.0:
+        raise ConfigError(f"cold_fraction = {cold_fraction} must be in (0, 1]")
+    if spec.kind in ("mesh2d", "multi_wafer_mesh"):
+        if mapping == "her" and not retain_allgather:
+            raise ConfigError("retain_allgather = false is not defined for mapping = 'her' "
+                              "(its inter-wafer all-gather is the mapping, 001 §IV-B4)")
+        m = mp.build_mapping(mapping, topo.rows, topo.cols, tp_size,
+                             retain_allgather=retain_allgather,
+                             wafer_rows=spec.wafer_rows, wafer_cols=spec.wafer_cols)
+        cost = topo.hops.astype(np.float64)
+    else:
+        if mapping != "baseline":
+            raise ConfigError(f"mapping = {mapping!r} needs a mesh platform; {platform.name} is "
+                              f"a {spec.kind} platform (allowed there: baseline)")
+        m = mp.contiguous_mapping(topo.num_devices, tp_size, retain_allgather=retain_allgather)
+        cost = topo.path_latency_s.astype(np.float64)
+    split = mp.source_split(m.holders, cost)
+    return WaferConfig(platform, model, topo, m, split, tuple(int(x) for x in micro_batches),
+                       balancer, invasive, shadow_slots, history_decay, cold_fraction,
+                       "int8", "fp16", context_len)
+
+
+@struct.dataclass
+class WaferParams:
+    """Tunable parameters (explicit expert x device arrays, so they can be relaxed later).
+
+    placement [E, D]: native expert placement, one-hot rows (where each expert lives).
+    shadow [E, D]: initial shadow-slot assignment, 0/1 (replicas before any balancing).
+    alpha: Eq. 2 imbalance threshold (summed over the trace's layers), dimensionless.
+    beta: Eq. 2 minimum iterations between migrations (0 for non-invasive).
+    tau: relaxation temperature (0 = exact), in units of one expert's weight-load time.
+    """
+
+    placement: jax.Array
+    shadow: jax.Array
+    alpha: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
+    beta: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
+    tau: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
+
+
+def default_params(cfg: WaferConfig, *, alpha: float = 0.0, beta: float = 0.0) -> WaferParams:
+    """Expert e natively on device e * D // E (one expert per device when E == D), no shadows."""
+    e, d = cfg.model.num_experts, cfg.num_devices
+    place = jax.nn.one_hot(np.arange(e) * d // e, d)
+    return WaferParams(place, jnp.zeros((e, d)), jnp.float32(alpha), jnp.float32(beta))
+
+
+def served_share(host):
+    """[E, D] share of expert e's tokens served by device d: hosts split evenly."""
+    return host / jnp.maximum(host.sum(-1, keepdims=True), 1e-30)
+
+
+def time_scale_s(cfg: WaferConfig) -> float:
+    return cfg.model.expert_weight_bytes / cfg.platform.device.memory_Bps
+
+
+# --- communication -------------------------------------------------------------------------
+
+
+def holder_tokens(cfg: WaferConfig, expert_ids, token_mask, counts):
+    """[H, E] (token, expert) pairs of each holder set (001 §IV-A: who holds which tokens)."""
+    e = cfg.model.num_experts
+    if expert_ids.shape[0] > 0:
+        hs = mp.token_holder_sets(cfg.mapping, expert_ids.shape[0])
+        owner = jax.nn.one_hot(hs, cfg.num_holder_sets)  # [N, H]
+        routed = jax.nn.one_hot(expert_ids, e).sum(-2) * token_mask[:, None]
+        return owner.T @ routed
+    return jnp.asarray(mp.holder_shares(cfg.mapping))[:, None] * counts[None, :]
+
+
+def dispatch_traffic(cfg: WaferConfig, served, pairs_he):
+    """Dispatch traffic [D(src), D(dst)] in bytes (diagonal = local) from pairs [H, E].
+
+    Each (token, expert) pair is fetched by the expert's serving devices from the nearest
+    holder of the token (`source_split`), one hidden state per pair.
+    """
+    b = pairs_he @ served  # [H, D(dst)]
+    t = jnp.einsum("hd,hds->sd", b, jnp.asarray(cfg.source_split))
+    return t * cfg.model.token_bytes
+
+
+def allreduce_phases(cfg: WaferConfig, n_tokens):
+    """Ring phases of one attention layer's all-reduce.
+
+    Ring reduce-scatter (+ all-gather when retained) of each TP group's hidden states,
+    `tokens per group * token_bytes` per member (001 §III-B, §IV-B2 entwined rings).
+    HER (§IV-B4): the intra-wafer reduce-scatter, then the inter-wafer all-gather ring over
+    the devices at the same wafer position. Returns [(steps, one step's traffic [D, D])].
+    Like the paper, no mapping pays for merging combined partial outputs back into the next
+    layer's input (the combine is the dispatch reversed, §IV-A).
+    """
+    m = cfg.mapping
+    d = cfg.num_devices
+    vol = n_tokens / m.num_groups * cfg.model.token_bytes
+    phases = []  # (steps, traffic of one step [D, D])
+    g = m.groups.shape[1]
+    if g > 1:
+        step = collectives.ring_step_traffic(m.groups, vol / g, d)
+        phases.append((g - 1, step))
+        if m.name != "her" and m.retain_allgather:
+            phases.append((g - 1, step))
+    if m.name == "her":
+        w = m.wafer_peers.shape[1]
+        step = collectives.ring_step_traffic(m.wafer_peers, vol / g, d)
+        phases.append((w - 1, step))
+    return phases
+
+
+def phase_parts(traffic, topo, tau=0.0):
+    """(busy_s, latency_s, link bytes [Lk]) of one phase (collectives.phase_time_s split)."""
+    loads = topo.link_loads(traffic)
+    busy = relax.max(loads / jnp.asarray(topo.link_Bps, jnp.float32), tau, axis=-1)
+    dd = traffic.shape[-1]
+    active = (traffic * (1.0 - jnp.eye(dd)) > 0).astype(jnp.float32)
+    lat = jnp.max(active * jnp.asarray(topo.path_latency_s, jnp.float32), axis=(-2, -1))
+    return busy, lat, loads
+
+
+def pipeline_s(stages_busy, stages_lat, m, tau=0.0):
+    """Micro-batch pipeline of S stages over m micro-batches (PipeMoE-like, 001 §V-A).
+
+    Each stage takes busy / m + latency per micro-batch; the pipeline takes the sum of one
+    pass plus (m - 1) passes of its slowest stage.
+    """
+    st = jnp.stack([b / m + lat for b, lat in zip(stages_busy, stages_lat, strict=True)])
+    return st.sum(0) + (m - 1) * relax.max(st, tau, axis=0)
+
+
+# --- compute -------------------------------------------------------------------------------
+
+
+def expert_device_s(cfg: WaferConfig, tokens_ed, tau_s, tau_tok):
+    """Per-device routed-expert time [D]: roofline per hosted expert, and its compute part.
+
+    tokens_ed [E, D]: tokens expert e processes on device d. An expert that received a token
+    reads its weights once (INT8 linear layers, 001 §VI-A).
+    """
+    m, dev = cfg.model, cfg.platform.device
+    comp = compute_time_s(tokens_ed * m.expert_flops_per_token, dev.flops(cfg.expert_dtype))
+    mem = memory_time_s(relax.positive(tokens_ed, tau_tok) * m.expert_weight_bytes,
+                        dev.memory_Bps)
+    return relax.maximum(comp, mem, tau_s).sum(0), comp.sum(0)
+
+
+def attention_s(cfg: WaferConfig, n_tokens, tau_s):
+    """One attention block per TP group member (roofline): DP over groups, TP inside."""
+    m, dev = cfg.model, cfg.platform.device
+    n_groups, g = cfg.mapping.groups.shape
+    tok = n_tokens / n_groups
+    ctx = cfg.context_len if cfg.context_len > 0 else tok / 2
+    flops = tok * (m.attention_flops_per_token + 4.0 * ctx * m.num_heads * m.head_dim) / g
+    kv = tok * ctx * m.kv_bytes_per_token * (cfg.context_len > 0)
+    bytes_ = (m.attention_weight_bytes + kv) / g
+    comp = compute_time_s(flops, dev.flops(cfg.attention_dtype))
+    return relax.maximum(comp, memory_time_s(bytes_, dev.memory_Bps), tau_s)
+
+
+# --- one layer -----------------------------------------------------------------------------
+
+
+def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, counts):
+    """Timing of one layer (attention + all-reduce, dispatch + experts + combine).
+
+    host [E, D] 0/1 hosts (native + shadow). Returns a dict of scalars and arrays.
+    """
+    tau_s = params.tau * time_scale_s(cfg)
+    topo = cfg.topo
+    served = served_share(host)
+    n_tokens = counts.sum() / cfg.model.top_k
+    pairs = holder_tokens(cfg, expert_ids, token_mask, counts)
+    disp = dispatch_traffic(cfg, served, pairs)
+    d_busy, d_lat, d_loads = phase_parts(disp, topo, tau_s)
+    c_busy, c_lat, c_loads = phase_parts(disp.T, topo, tau_s)
+    tokens_ed = counts[:, None] * served
+    t_dev, c_dev = expert_device_s(cfg, tokens_ed, tau_s, params.tau)
+    t_exp = relax.max(t_dev, tau_s)
+    ar_busy = jnp.float32(0.0)
+    ar_lat = jnp.float32(0.0)
+    ar_loads = jnp.zeros(topo.num_links)
+    for steps, step in allreduce_phases(cfg, n_tokens):
+        b, lat, loads = phase_parts(step, topo, tau_s)
+        ar_busy, ar_lat = ar_busy + steps * b, ar_lat + steps * lat
+        ar_loads = ar_loads + steps * loads
+    att = attention_s(cfg, n_tokens, tau_s)
+    mb = jnp.asarray(cfg.micro_batches, jnp.float32)[:, None]
+    att_phase = pipeline_s([att, ar_busy], [0.0, ar_lat], mb, tau_s)[:, 0]
+    moe_phase = pipeline_s([d_busy, t_exp, c_busy], [d_lat, 0.0, c_lat], mb, tau_s)[:, 0]
+    total = att_phase + moe_phase
+    best = relax.argmin_onehot(total, tau_s)
+    off = 1.0 - jnp.eye(cfg.num_devices)
+    hops = jnp.asarray(topo.hops, jnp.float32)
+    return {
+        "layer_s": (best * total).sum(),
+        "attention_phase_s": (best * att_phase).sum(),
+        "moe_phase_s": (best * moe_phase).sum(),
+        "micro_batches": (best * mb[:, 0]).sum(),
+        "all_to_all_s": d_busy + d_lat + c_busy + c_lat,
+        "dispatch_s": d_busy + d_lat,
+        "all_reduce_s": ar_busy + ar_lat,
+        "attention_s": att,
+        "moe_compute_s": t_exp,
+        "avg_hops": (disp * hops).sum() / jnp.maximum(disp.sum(), 1e-30),
+        "remote_bytes": (disp * off).sum() * 2.0,
+        "a2a_link_bytes": d_loads + c_loads,
+        "ar_link_bytes": ar_loads,
+        "a2a_busy_s": d_busy + c_busy,
+        "ar_busy_s": ar_busy,
+        "device_tokens": tokens_ed.sum(0),
+        "device_busy_s": t_dev,
+        "device_compute_s": c_dev,
+    }
+
+
+# --- migration (001 §V-A) ------------------------------------------------------------------
+
+
+def migration_traffic(cfg: WaferConfig, native, new_copies):
+    """[D(src), D(dst)] bytes of expert copies: new_copies [L, E, D] 0/1, from the native host."""
+    per = new_copies.sum(0)  # [E, D(dst)]
+    return native.T @ per * cfg.model.expert_weight_bytes
+
+
+def cold_links(loads, cold_fraction):
+    """[Lk] bool: links whose load in a phase is at most `cold_fraction` of the phase's peak."""
+    return loads <= cold_fraction * jnp.max(loads)
+
+
+def non_invasive_split(cfg: WaferConfig, need, ar_loads, ar_s, a2a_loads, a2a_s):
+    """Split migration link bytes `need` [Lk] over the cold links of each phase (001 §V-A).
+
+    Local steps ride links cold during the all-reduce, Global steps links cold during the
+    all-to-all; each phase's spare capacity on a cold link is (phase time * bw - its load)
+    summed over the model's layers. Returns (local [Lk], global [Lk], spill [Lk]) bytes.
+    """
+    bw = jnp.asarray(cfg.topo.link_Bps, jnp.float32)
+    layers = cfg.model.num_layers
+    cold_ar = cold_links(ar_loads, cfg.cold_fraction)
+    cold_a2a = cold_links(a2a_loads, cfg.cold_fraction)
+    cap_ar = jnp.where(cold_ar, jnp.maximum(ar_s * bw - ar_loads, 0.0), 0.0) * layers
+    cap_a2a = jnp.where(cold_a2a, jnp.maximum(a2a_s * bw - a2a_loads, 0.0), 0.0) * layers
+    local = jnp.minimum(need, cap_ar)
+    glob = jnp.minimum(need - local, cap_a2a)
+    return local, glob, need - local - glob
+
+
+@struct.dataclass
+class WaferState:
+    """Balancer state and accumulators (float32)."""
+
+    trace: Trace
+    shadow: jax.Array  # [L, E, D] current shadow-slot assignment
+    history: jax.Array  # [L, E] EMA of expert loads (Alg. 1 Load_e)
+    since_migration: jax.Array  # iterations since the last migration (Eq. 2 dt_mig)
+    sums: dict  # per-metric sums over iterations
+    link_bytes: jax.Array  # [Lk] all-to-all bytes per link (summed)
+    ar_link_bytes: jax.Array  # [Lk] all-reduce bytes per link (summed)
+    iterations: jax.Array
+
+
+SCALARS = ("layer_s", "forward_s", "all_to_all_s", "all_reduce_s", "attention_s",
+           "moe_compute_s", "moe_phase_s", "attention_phase_s", "avg_hops", "max_over_mean",
+           "migrations", "migration_s", "migration_bytes", "spill_bytes", "micro_batches",
+           "moe_throughput", "utilization_mean", "tokens")
+
+
+def build(cfg: WaferConfig, num_iterations: int) -> System:
+    """The wafer EP system over `num_iterations` iterations (one step = one iteration)."""
+    d, lk, e = cfg.num_devices, cfg.topo.num_links, cfg.model.num_experts
+    hops = np.asarray(cfg.topo.hops)
+
+    def init(params: WaferParams, trace: Trace, key):
+        del key
+        n_layers = trace.counts.shape[-2]
+        z = jnp.float32(0.0)
+        shadow = jnp.broadcast_to(params.shadow, (n_layers, e, d)).astype(jnp.float32)
+        return WaferState(trace, shadow, jnp.zeros((n_layers, e)), jnp.float32(1e9),
+                          {k: z for k in SCALARS}, jnp.zeros(lk), jnp.zeros(lk), z)
+
+    def step(params: WaferParams, state: WaferState, t):
+        tr = state.trace
+        native = params.placement.astype(jnp.float32)
+        host = jnp.clip(native[None] + state.shadow, 0.0, 1.0)  # [L, E, D]
+        ids, mask, counts = tr.expert_ids[t], tr.token_mask[t], tr.counts[t]
+        out = jax.vmap(lambda h, i, c: layer(cfg, params, h, i, mask, c))(host, ids, counts)
+        real = (counts.sum() > 0).astype(jnp.float32)
+        m = cfg.model
+        dev_load = out["device_tokens"]  # [L, D]
+        ratio = dev_load.max(-1) / jnp.maximum(dev_load.mean(-1), 1e-30)
+        history = jnp.where(state.iterations > 0,
+                            cfg.history_decay * state.history + (1 - cfg.history_decay) * counts,
+                            counts)
+        if cfg.balancer == "none" or cfg.shadow_slots == 0:
+            trigger = jnp.asarray(False)
+            new_shadow = state.shadow
+        else:
+            trigger = bal.eq2_trigger(dev_load, state.since_migration, params.alpha,
+                                      params.beta) & (real > 0)
+            planned = jax.vmap(lambda ld: bal.plan(ld, native, cfg.shadow_slots, hops,
+                                                   cfg.balancer))(history)
+            new_shadow = jnp.where(trigger, jnp.clip(planned - native[None], 0.0, 1.0),
+                                   state.shadow)
+        copies = jnp.clip(new_shadow - host, 0.0, 1.0)  # replicas that must move
+        mig = migration_traffic(cfg, native, copies)
+        mig_busy, mig_lat, need = phase_parts(mig, cfg.topo)
+        a2a_loads = out["a2a_link_bytes"].mean(0)
+        ar_loads = out["ar_link_bytes"].mean(0)
+        if cfg.invasive:
+            mig_s = mig_busy + mig_lat
+            spill = need
+        else:
+            _, _, spill = non_invasive_split(cfg, need, ar_loads, out["ar_busy_s"].mean(),
+                                             a2a_loads, out["a2a_busy_s"].mean())
+            spill_s = jnp.max(spill / jnp.asarray(cfg.topo.link_Bps, jnp.float32))
+            mig_s = spill_s + jnp.where(spill_s > 0, mig_lat, 0.0)
+        att_only = out["attention_phase_s"].mean()
+        forward = (out["layer_s"].mean() * m.num_sparse_layers
+                   + att_only * m.num_dense_layers + mig_s)
+        moe_tp = (counts.sum(-1) / jnp.maximum(out["moe_phase_s"], 1e-30)).mean() / d
+        vals = {
+            "layer_s": out["layer_s"].mean(), "forward_s": forward,
+            "all_to_all_s": out["all_to_all_s"].mean(), "all_reduce_s": out["all_reduce_s"].mean(),
+            "attention_s": out["attention_s"].mean(), "moe_compute_s": out["moe_compute_s"].mean(),
+            "moe_phase_s": out["moe_phase_s"].mean(),
+            "attention_phase_s": out["attention_phase_s"].mean(),
+            "avg_hops": out["avg_hops"].mean(), "max_over_mean": ratio.mean(),
+            "migrations": copies.sum(), "migration_s": mig_s,
+            "migration_bytes": mig.sum() - jnp.trace(mig), "spill_bytes": spill.sum(),
+            "micro_batches": out["micro_batches"].mean(), "moe_throughput": moe_tp,
+            "utilization_mean": (out["device_compute_s"].mean(-1)
+                                 / jnp.maximum(out["layer_s"], 1e-30)).mean(),
+            "tokens": counts[0].sum() / m.top_k,
+        }
+        sums = {k: state.sums[k] + real * vals[k] for k in SCALARS}
+        new = state.replace(
+            shadow=jnp.where(real > 0, new_shadow, state.shadow),
+            history=jnp.where(real > 0, history, state.history),
+            since_migration=jnp.where(trigger, 0.0, state.since_migration + 1.0),
+            sums=sums,
+            link_bytes=state.link_bytes + real * a2a_loads,
+            ar_link_bytes=state.ar_link_bytes + real * ar_loads,
+            iterations=state.iterations + real,
+        )
+        per_iter = {"max_over_mean": ratio.mean(), "migrations": copies.sum(),
+                    "migration_s": mig_s, "forward_s": forward,
+                    "device_load": dev_load.mean(0)}
+        return new, per_iter
+
+    def finish(params: WaferParams, state: WaferState, outs):
+        n = jnp.maximum(state.iterations, 1.0)
+        res = {k: v / n for k, v in state.sums.items()}
+        res["migrations"] = state.sums["migrations"]
+        res["comm_s"] = res["all_to_all_s"] + res["all_reduce_s"]
+        res["migration_ratio"] = res["migration_s"] / jnp.maximum(res["forward_s"], 1e-30)
+        res["link_bytes"] = state.link_bytes / n
+        res["ar_link_bytes"] = state.ar_link_bytes / n
+        res["latency_s"] = res["layer_s"]
+        res["compute_s"] = res["moe_compute_s"]
+        res["tokens_per_s"] = state.sums["tokens"] / jnp.maximum(state.sums["forward_s"], 1e-30)
+        res["per_iteration"] = outs
+        return res
+
+    return System(name="wafer", init=init, step=step, finish=finish, num_steps=num_iterations)
+
+
+# --- policy options ------------------------------------------------------------------------
+
+
+def _read_options(t) -> tuple[dict, dict]:
+    """(make_config kwargs, params kwargs) from a policy's [options] Table."""
+    opts = dict(
+        mapping=t.str("mapping", "baseline", choices=mp.MAPPINGS),
+        tp_size=t.int("tp_size", 4),
+        retain_allgather=t.bool("retain_allgather", True),
+        balancer=t.str("balancer", "none", choices=bal.BALANCERS),
+        invasive=t.bool("invasive", True),
+        shadow_slots=t.int("shadow_slots", 0, lo=0),
+        history_decay=t.float("history_decay", 0.8, positive=False, hi=0.999),
+        cold_fraction=t.float("cold_fraction", 0.5, hi=1.0),
+        context_len=t.int("context_len", 0, lo=0),
+    )
+    mbs = t._get("micro_batches", [1, 2, 4, 8], False)
+    if not (isinstance(mbs, list) and mbs and all(isinstance(x, int) and not isinstance(x, bool)
+                                                   and x >= 1 for x in mbs)):
+        raise ConfigError(f"{t.where}: key 'micro_batches' must be a non-empty list of "
+                          f"integers >= 1, got {mbs!r}")
+    opts["micro_batches"] = tuple(mbs)
+    pk = dict(alpha=t.float("alpha", 0.0, positive=False),
+              beta=t.float("beta", 0.0, positive=False))
+    t.close()
+    if not opts["invasive"] and pk["beta"] != 0.0:
+        raise ConfigError(f"{t.where}: key 'beta' = {pk['beta']} must be 0 when invasive = false "
+                          "(001 Eq. 2: beta = 0 for non-invasive)")
+    return opts, pk
+
+
+def check_options(t) -> None:
+    """Validate a policy's [options] for the wafer system (names, types, ranges)."""
+    _read_options(t)
+
+
+def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
+    """(System, params) for the wafer system from a policy's options Table."""
+    opts, pk = _read_options(t)
+    cfg = make_config(platform, model, **opts)
+    return build(cfg, num_iterations), default_params(cfg, **pk)

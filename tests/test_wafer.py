@@ -1,0 +1,232 @@
+"""Wafer EP (001): mappings and FTD geometry, mesh contention by hand, system == reference."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import make_model, make_platform, random_trace
+
+from moejax import engine
+from moejax.errors import ConfigError
+from moejax.physics import collectives, topology
+from moejax.systems.wafer import mapping as mp
+from moejax.systems.wafer import reference, system
+
+# --- FTD geometry (001 §IV-A, Fig. 8) ------------------------------------------------------
+
+
+def test_ftd_hops_of_the_4x4_tp4_example():
+    base = mp.build_mapping("baseline", 4, 4, 4)
+    er = mp.build_mapping("er", 4, 4, 4)
+    # 001 §IV-A: 3x3-area FTDs, hops 2, 2, 4 with probability 1/3 each -> 2.7 hops
+    assert mp.ftd_average_hops(base) == pytest.approx(8 / 3)
+    # 001 §IV-B1: ER's 2x2 FTDs halve the average hops
+    assert mp.ftd_average_hops(er) == pytest.approx(4 / 3)
+    assert sorted(base.ftds[0].tolist()) == [0, 2, 8, 10]  # {D11, D13, D31, D33}
+    assert sorted(er.ftds[0].tolist()) == [0, 1, 4, 5]  # {D11, D12, D21, D22}
+
+
+def test_ftd_overlaps_baseline_centre_vs_er_disjoint():
+    base = mp.ftd_overlaps(mp.build_mapping("baseline", 4, 4, 4))
+    er = mp.ftd_overlaps(mp.build_mapping("er", 4, 4, 4))
+    assert base["mean_area"] == 9 and er["mean_area"] == 4
+    assert base["max_cover"] == 4  # every FTD covers the central four devices
+    assert er["shared_devices"] == 0 and er["max_cover"] == 1
+
+
+@pytest.mark.parametrize("rows,cols,tp", [(4, 4, 2), (4, 4, 8), (6, 6, 4), (8, 8, 16), (6, 6, 9)])
+def test_mappings_are_partitions_and_er_never_worse(rows, cols, tp):
+    d = rows * cols
+    for name in ("baseline", "er"):
+        m = mp.build_mapping(name, rows, cols, tp)
+        assert sorted(m.groups.ravel().tolist()) == list(range(d))
+        assert sorted(m.ftds.ravel().tolist()) == list(range(d))
+        group_of = np.empty(d, int)
+        group_of[m.groups] = np.arange(m.num_groups)[:, None]
+        for f in m.ftds:  # an FTD holds one member of every TP group
+            assert sorted(group_of[f].tolist()) == list(range(m.num_groups))
+    base, er = (mp.build_mapping(n, rows, cols, tp) for n in ("baseline", "er"))
+    assert mp.ftd_average_hops(er) <= mp.ftd_average_hops(base)
+    assert mp.ftd_overlaps(er)["shared_devices"] == 0
+
+
+def test_ring_steps_one_hop_baseline_two_hops_er():
+    hops = mp.mesh_hops(4, 4)
+    for name, want in (("baseline", 1), ("er", 2)):
+        g = mp.build_mapping(name, 4, 4, 4).groups
+        steps = hops[g, np.roll(g, -1, axis=1)]
+        assert (steps == want).all(), name
+
+
+def test_her_groups_stay_on_their_wafer():
+    m = mp.build_mapping("her", 4, 8, 2, wafer_rows=1, wafer_cols=2)
+    wafer = (np.arange(32) % 8) // 4
+    for grp in m.groups:
+        assert len(set(wafer[grp].tolist())) == 1
+    assert m.wafer_peers.shape == (16, 2)
+    assert (wafer[m.wafer_peers] == np.arange(2)[None]).all()
+
+
+def test_bad_mapping_inputs_name_the_field():
+    with pytest.raises(ConfigError, match="mapping"):
+        mp.build_mapping("zigzag", 4, 4, 4)
+    with pytest.raises(ConfigError, match="tp_size"):
+        mp.build_mapping("er", 4, 4, 3)
+    with pytest.raises(ConfigError, match="multi-wafer"):
+        mp.build_mapping("her", 4, 4, 4)
+    with pytest.raises(ConfigError, match="mesh"):
+        system.make_config(make_platform("switch", devices=8), make_model(), mapping="er",
+                           tp_size=2)
+
+
+# --- contention on small meshes, by hand ---------------------------------------------------
+
+
+def _mesh(rows, cols, bw=1e9, lat=1e-6):
+    return topology.build(make_platform("mesh2d", rows=rows, cols=cols, link_Bps=bw,
+                                        hop_latency_s=lat))
+
+
+def test_3x3_crossing_routes_by_hand():
+    topo = _mesh(3, 3)
+    t = np.zeros((9, 9), np.float32)
+    t[0, 8] = 4e3  # (0,0)->(0,1)->(0,2)->(1,2)->(2,2)
+    t[2, 6] = 2e3  # (0,2)->(0,1)->(0,0)->(1,0)->(2,0): opposite directions, no shared link
+    t[1, 7] = 1e3  # (0,1)->(1,1)->(2,1)
+    assert float(collectives.phase_time_s(t, topo)) == pytest.approx(4e-6 + 4e-6)
+    t[3, 5] = 3e3  # (1,0)->(1,1)->(1,2); (1,2)->(2,2) is also on 0->8's route
+    t[4, 8] = 5e3  # (1,1)->(1,2)->(2,2): link (1,1)->(1,2) carries 3e3 + 5e3, S (1,2) 4e3 + 5e3
+    assert float(collectives.phase_time_s(t, topo)) == pytest.approx(9e-6 + 4e-6)
+
+
+def test_dispatch_fetches_from_nearest_holder_and_splits_ties():
+    cfg = system.make_config(make_platform("mesh2d", rows=4, cols=4), make_model(num_experts=16),
+                             mapping="er", tp_size=4)
+    e, d = 16, 16
+    served = np.zeros((e, d), np.float32)
+    served[0, 15] = 1.0  # expert 0 lives on device 15 = (3, 3)
+    served[1, 5] = 1.0  # expert 1 on device 5 = (1, 1)
+    pairs = np.zeros((cfg.num_holder_sets, e), np.float32)
+    pairs[0, 0] = 1.0  # one token of TP group 0 (devices 0, 2, 10, 8) to expert 0
+    pairs[0, 1] = 1.0  # and one to expert 1
+    tr = np.asarray(system.dispatch_traffic(cfg, jnp.asarray(served), jnp.asarray(pairs)))
+    b = cfg.model.token_bytes
+    assert tr[10, 15] == pytest.approx(b)  # (2, 2) is 2 hops from (3, 3); others 4 or 6
+    for src in (0, 2, 8, 10):  # all four members are 2 hops from (1, 1): split evenly
+        assert tr[src, 5] == pytest.approx(b / 4)
+    assert tr.sum() == pytest.approx(2 * b)
+
+
+# --- the system against the plain reference ------------------------------------------------
+
+
+def _cfg(mapping="baseline", tp=2, kind="mesh2d", retain=True, **topo):
+    plat = make_platform(kind, **topo)
+    model = make_model(num_experts=8, top_k=2)
+    return system.make_config(plat, model, mapping=mapping, tp_size=tp, retain_allgather=retain)
+
+
+CASES = [
+    dict(mapping="baseline", tp=2, rows=2, cols=4),
+    dict(mapping="er", tp=2, rows=2, cols=4),
+    dict(mapping="baseline", tp=4, rows=4, cols=4),
+    dict(mapping="er", tp=4, rows=4, cols=4),
+    dict(mapping="er", tp=4, rows=4, cols=4, retain=False),
+    dict(mapping="her", tp=2, kind="multi_wafer_mesh"),
+    dict(mapping="baseline", tp=2, kind="multi_wafer_mesh"),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_layer_matches_plain_reference(case):
+    cfg = _cfg(**case)
+    e, d = cfg.model.num_experts, cfg.num_devices
+    params = system.default_params(cfg)
+    rng = np.random.default_rng(0)
+    host = np.asarray(params.placement).copy()
+    host[rng.integers(0, e, 3), rng.integers(0, d, 3)] = 1.0  # a few replicas
+    tr = random_trace(jax.random.key(1), 1, 1, 1, 24, e, 2, valid=[[19]])
+    ids, mask, counts = tr.expert_ids[0, 0, 0], tr.token_mask[0, 0], tr.counts[0, 0, 0]
+    out = system.layer(cfg, params, jnp.asarray(host), ids, mask, counts)
+    ref = reference.layer(cfg, host, np.asarray(ids), np.asarray(mask))
+    for k in ("layer_s", "all_to_all_s", "all_reduce_s", "moe_compute_s", "attention_s",
+              "avg_hops", "micro_batches"):
+        np.testing.assert_allclose(float(out[k]), ref[k], rtol=2e-5, err_msg=k)
+    for k in ("a2a_link_bytes", "ar_link_bytes", "device_tokens"):
+        np.testing.assert_allclose(np.asarray(out[k]), ref[k], rtol=2e-5, atol=1e-3, err_msg=k)
+
+
+def test_bytes_conserved_and_latency_bounds():
+    cfg = _cfg(mapping="er", tp=4, rows=4, cols=4)
+    params = system.default_params(cfg)
+    tr = random_trace(jax.random.key(2), 1, 1, 1, 32, 8, 2)
+    ids, mask, counts = tr.expert_ids[0, 0, 0], tr.token_mask[0, 0], tr.counts[0, 0, 0]
+    pairs = system.holder_tokens(cfg, ids, mask, counts)
+    traffic = system.dispatch_traffic(cfg, system.served_share(params.placement), pairs)
+    assert float(traffic.sum()) == pytest.approx(32 * 2 * cfg.model.token_bytes, rel=1e-6)
+    out = system.layer(cfg, params, params.placement, ids, mask, counts)
+    assert float(out["layer_s"]) >= float(out["moe_compute_s"])
+    assert float(out["layer_s"]) >= float(out["attention_s"])
+    serial = out["attention_s"] + out["all_reduce_s"] + out["all_to_all_s"] + out["moe_compute_s"]
+    assert float(out["layer_s"]) <= float(serial) * (1 + 1e-6)
+
+
+def test_counts_only_equals_token_level_expectation_for_uniform_shares():
+    cfg = _cfg(mapping="er", tp=2, rows=2, cols=4)
+    params = system.default_params(cfg)
+    e = cfg.model.num_experts
+    counts = jnp.full((e,), 8.0)
+    empty = jnp.zeros((0, 2), jnp.int32)
+    out = system.layer(cfg, params, params.placement, empty, jnp.zeros((0,), bool), counts)
+    assert float(out["all_to_all_s"]) > 0
+    assert float(jnp.asarray(out["device_tokens"]).sum()) == pytest.approx(8.0 * e)
+
+
+def _system(iters=2, **kw):
+    cfg = _cfg(**kw)
+    return cfg, system.build(cfg, iters), system.default_params(cfg)
+
+
+def test_vmap_equals_loop_of_single_runs():
+    _, sysm, params = _system(mapping="er", tp=4, rows=4, cols=4)
+    tr = random_trace(jax.random.key(3), 3, 2, 2, 16, 8, 2)
+    batched = engine.simulate(sysm, params, tr)
+    one_run = jax.jit(lambda trace: engine.run_one(sysm, params, trace, jax.random.key(0)))
+    for t in range(3):
+        one = one_run(tr[t])
+        np.testing.assert_allclose(batched["layer_s"][t], one["layer_s"], rtol=1e-6)
+        np.testing.assert_allclose(batched["link_bytes"][t], one["link_bytes"], rtol=1e-5)
+
+
+class JitTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_jit_equals_no_jit(self):
+        _, sysm, params = _system(iters=1, mapping="baseline", tp=2, rows=2, cols=4)
+        tr = random_trace(jax.random.key(4), 1, 1, 1, 16, 8, 2)[0]
+        f = self.variant(lambda p, t: engine.run_one(sysm, p, t, jax.random.key(0)))
+        np.testing.assert_allclose(f(params, tr)["forward_s"],
+                                   engine.run_one(sysm, params, tr, jax.random.key(0))["forward_s"],
+                                   rtol=1e-6)
+
+
+def test_relaxed_approaches_hard_as_tau_shrinks():
+    cfg, sysm, params = _system(mapping="er", tp=2, rows=2, cols=4)
+    tr = random_trace(jax.random.key(5), 1, 1, 1, 16, 8, 2)
+    hard = float(engine.simulate(sysm, params, tr)["layer_s"][0])
+    soft = float(engine.simulate(sysm, params.replace(tau=jnp.float32(1e-4)), tr)["layer_s"][0])
+    assert soft == pytest.approx(hard, rel=1e-2)
+
+
+def test_dropping_allgather_halves_the_allreduce():
+    keep = _cfg(mapping="er", tp=4, rows=4, cols=4)
+    drop = _cfg(mapping="er", tp=4, rows=4, cols=4, retain=False)
+    p = system.default_params(keep)
+    counts = jnp.full((8,), 16.0)
+    empty = jnp.zeros((0, 2), jnp.int32)
+    a = system.layer(keep, p, p.placement, empty, jnp.zeros((0,), bool), counts)
+    b = system.layer(drop, p, p.placement, empty, jnp.zeros((0,), bool), counts)
+    assert float(b["all_reduce_s"]) == pytest.approx(float(a["all_reduce_s"]) / 2, rel=1e-6)
+    assert float(b["avg_hops"]) >= float(a["avg_hops"])  # fewer holders: no nearer source
