@@ -8,9 +8,12 @@ placement (Algorithm 1 line 1: Num <- {1}) and adds one replica per step until i
 - greedy (EPLB [6], 001 §V-C "prior works"): copy the globally hottest expert (largest
   `Load_e / Num_e`) to the coldest device that has a free slot;
 - topology (001 Algorithm 1): take the most popular expert on the highest-Heat device;
-  the cold set is every device with `Heat_d < Heat_hottest - Load_src / Num_src` (line 4)
-  and a free slot; copy to the topologically nearest of them (line 6), measured from the
-  expert's native device, which is where the weights are copied from.
+  the cold set is every device with a free slot "whose Heat_d would not exceed the current
+  maximum after hosting this expert" (§V-C prose), i.e. `Heat_d + Load_src / (Num_src + 1)
+  < Heat_hottest`; copy to the topologically nearest of them (line 6), measured from the
+  expert's native device, which is where the weights are copied from. (Line 4 read
+  literally, `Heat_d < Heat_hottest - Load_src / Num_src`, never replicates the expert of a
+  device that hosts only that expert, i.e. never balances at E/D = 1; we follow the prose.)
 
 Both stop when the cold set is empty (line 5). The JAX version is a fixed-length
 `lax.scan` with a done flag (one step per shadow slot in the system), vmappable over
@@ -54,7 +57,8 @@ def plan(load, native, slots: int, hops, kind: str):
             hottest = jnp.argmax(heat)  # Alg. 1 line 3
             src = jnp.argmax(jnp.where(host[:, hottest] > 0, per_copy, -jnp.inf))
             top = heat[hottest]
-        cold = (heat < top - per_copy[src]) & (free > 0) & (host[src] == 0)  # line 4
+        share = load[src] / (num[src] + 1.0)  # per-copy load once the replica is added
+        cold = (heat + share < top) & (free > 0) & (host[src] == 0)  # line 4 (see module doc)
         stop = done | ~jnp.any(cold)  # line 5
         if kind == "greedy":
             des = jnp.argmin(jnp.where(cold, heat, jnp.inf))  # coldest device
@@ -93,8 +97,9 @@ def plan_reference(load, native, slots: int, hops, kind: str) -> np.ndarray:
             src = max((i for i in range(e) if host[i][hottest]),
                       key=lambda i: (per_copy[i], -i))
             top = heat[hottest]
+        share = np.float32(load[src] / np.float32(num[src] + 1))
         cold = [j for j in range(d)
-                if heat[j] < top - per_copy[src] and free[j] > 0 and not host[src][j]]
+                if heat[j] + share < top and free[j] > 0 and not host[src][j]]
         if not cold:
             break
         if kind == "greedy":
