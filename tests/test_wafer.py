@@ -102,22 +102,37 @@ def test_3x3_crossing_routes_by_hand():
     assert float(collectives.phase_time_s(t, topo)) == pytest.approx(9e-6 + 4e-6)
 
 
-def test_dispatch_fetches_from_nearest_holder_and_splits_ties():
-    cfg = system.make_config(make_platform("mesh2d", rows=4, cols=4), make_model(num_experts=16),
-                             mapping="er", tp_size=4)
+def test_dispatch_fetches_inside_the_ftd_or_from_the_nearest_holder():
     e, d = 16, 16
     served = np.zeros((e, d), np.float32)
     served[0, 15] = 1.0  # expert 0 lives on device 15 = (3, 3)
     served[1, 5] = 1.0  # expert 1 on device 5 = (1, 1)
+    b = make_model(num_experts=16).token_bytes
+    plat = make_platform("mesh2d", rows=4, cols=4)
+    # ER, all-gather kept: TP group 0 = devices 0, 2, 10, 8; FTDs are the 2x2 quadrants
+    cfg = system.make_config(plat, make_model(num_experts=16), mapping="er", tp_size=4)
     pairs = np.zeros((cfg.num_holder_sets, e), np.float32)
-    pairs[0, 0] = 1.0  # one token of TP group 0 (devices 0, 2, 10, 8) to expert 0
-    pairs[0, 1] = 1.0  # and one to expert 1
+    pairs[0, 0] = pairs[0, 1] = 1.0  # one token of group 0 to expert 0 and one to expert 1
     tr = np.asarray(system.dispatch_traffic(cfg, jnp.asarray(served), jnp.asarray(pairs)))
-    b = cfg.model.token_bytes
-    assert tr[10, 15] == pytest.approx(b)  # (2, 2) is 2 hops from (3, 3); others 4 or 6
-    for src in (0, 2, 8, 10):  # all four members are 2 hops from (1, 1): split evenly
-        assert tr[src, 5] == pytest.approx(b / 4)
+    assert tr[10, 15] == pytest.approx(b)  # 15's FTD {10, 11, 14, 15} holds group 0 at 10
+    assert tr[0, 5] == pytest.approx(b)  # 5's FTD {0, 1, 4, 5} holds group 0 at 0
     assert tr.sum() == pytest.approx(2 * b)
+    # HER on two 2x2 wafers (TP=2): one holder per wafer, fetched on the destination's wafer
+    her = system.make_config(make_platform("multi_wafer_mesh"), make_model(num_experts=16),
+                             mapping="her", tp_size=2)
+    hol = her.mapping.holders
+    split = her.source_split
+    for h in range(hol.shape[0]):
+        for dst in range(8):
+            src = int(np.argmax(split[h, dst]))
+            assert split[h, dst].sum() == pytest.approx(1.0)
+            assert hol[h, src] == 1 and (src % 4) // 2 == (dst % 4) // 2  # same wafer
+    # nearest-holder rule splits ties evenly (path diversity, 001 Fig. 9)
+    hold = np.zeros((1, 16), np.float32)
+    hold[0, [0, 2, 8, 10]] = 1.0
+    sp = mp.source_split(hold, mp.mesh_hops(4, 4).astype(float))
+    np.testing.assert_allclose(sp[0, 5, [0, 2, 8, 10]], 0.25)
+    assert sp[0, 15, 10] == 1.0
 
 
 # --- the system against the plain reference ------------------------------------------------

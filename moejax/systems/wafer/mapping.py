@@ -307,3 +307,35 @@ def source_split(holders: np.ndarray, cost: np.ndarray) -> np.ndarray:
     best = big.min(-1, keepdims=True)
     near = (big <= best + 1e-15) & np.isfinite(big)
     return (near / near.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def ftd_source_split(mapping: Mapping) -> np.ndarray:
+    """float [G, D(dst), D(src)]: dst d fetches TP group s's tokens from its own FTD's member.
+
+    001 §IV-A: "Within an FTD, any device can access all required tokens, confining
+    communication to this domain": device d in FTD f takes group s's tokens from ftds[f, s]
+    (itself when d is that member). Used when the all-gather is retained (flat mappings).
+    """
+    g, d = mapping.num_groups, mapping.num_devices
+    ftd_of = np.empty(d, np.int64)
+    ftd_of[mapping.ftds] = np.arange(mapping.ftds.shape[0])[:, None]
+    split = np.zeros((g, d, d), np.float32)
+    src = mapping.ftds[ftd_of]  # [D(dst), G]
+    split[np.arange(g)[None, :], np.arange(d)[:, None], src] = 1.0
+    return split
+
+
+def her_source_split(mapping: Mapping) -> np.ndarray:
+    """float [P, D(dst), D(src)]: under HER dst d fetches from the holder on its own wafer.
+
+    001 §IV-B4: after the inter-wafer all-gather "each WSC contains tokens from all wafers,
+    confining subsequent all-to-all exchanges within individual WSCs".
+    """
+    peers = mapping.wafer_peers  # [P, W]
+    p, w = peers.shape
+    d = mapping.num_devices
+    wafer_of = np.empty(d, np.int64)
+    wafer_of[peers] = np.arange(w)[None, :]
+    split = np.zeros((p, d, d), np.float32)
+    split[np.arange(p)[None, :], np.arange(d)[:, None], peers[:, wafer_of].T] = 1.0
+    return split

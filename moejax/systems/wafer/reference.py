@@ -1,8 +1,9 @@
 """Plain-Python reference of one wafer EP layer (001 §III-B, §IV, §V-A), for tests.
 
 Same rules as `system.layer` in hard mode, written as loops over tokens, routes and ring
-steps (mesh platforms only): each (token, expert) pair is fetched from the nearest holder of
-the token (ties split evenly), routes are walked link by link in XY order, a phase lasts
+steps (mesh platforms only): each (token, expert) pair is fetched from the token's TP-group
+member inside the destination's FTD (all-gather kept), else from the nearest holder (ties
+split evenly), routes are walked link by link in XY order, a phase lasts
 max(link bytes / bandwidth) + the longest active route's latency.
 """
 
@@ -57,10 +58,26 @@ def dispatch(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarr
     hops = mp.mesh_hops(m.rows, m.cols)
     hs = mp.token_holder_sets(m, expert_ids.shape[0])
     traffic = np.zeros((d, d))
+    ftd_rule = m.name != "her" and m.retain_allgather
     for n in range(expert_ids.shape[0]):
         if not token_mask[n]:
             continue
         holders = [x for x in range(d) if m.holders[hs[n], x] > 0]
+        if m.name == "her":  # 001 §IV-B4: the holder on the destination's wafer
+            for e in expert_ids[n]:
+                hosts = [x for x in range(d) if host[e, x] > 0]
+                for dst in hosts:
+                    w = next(i for i in range(m.wafer_peers.shape[1])
+                             if dst in m.wafer_peers[:, i])
+                    traffic[m.wafer_peers[hs[n], w], dst] += cfg.model.token_bytes / len(hosts)
+            continue
+        if ftd_rule:  # 001 §IV-A: fetch from the group's member in the destination's FTD
+            for e in expert_ids[n]:
+                hosts = [x for x in range(d) if host[e, x] > 0]
+                for dst in hosts:
+                    ftd = next(f for f in m.ftds if dst in f)
+                    traffic[ftd[hs[n]], dst] += cfg.model.token_bytes / len(hosts)
+            continue
         for e in expert_ids[n]:
             hosts = [x for x in range(d) if host[e, x] > 0]
             for dst in hosts:

@@ -6,9 +6,11 @@ layer (001 §II-B Fig. 5, §IV, §V-A):
 1. attention (DP over TP groups, TP inside each group) by roofline, then the TP ring
    all-reduce = reduce-scatter + all-gather (the all-gather can be dropped, §IV-A, VI-B6;
    HER-Mapping: intra-wafer reduce-scatter + inter-wafer all-gather, §IV-B4);
-2. MoE dispatch all-to-all: every (token, expert) pair goes from the nearest device holding
-   the token (its TP group after the all-gather, §IV-A FTD "hops") to the devices serving
-   the expert, split evenly over the expert's replicas (shadow slots, §III-C); contention
+2. MoE dispatch all-to-all: every (token, expert) pair goes to the devices serving the
+   expert from the member of the token's TP group inside the destination's Full Token
+   Domain (§IV-A: after the all-gather "any device [of an FTD] can access all required
+   tokens, confining communication to this domain"; under HER from the token's holder on
+   the destination's wafer; without the all-gather from the token's single holder), split evenly over the expert's replicas (shadow slots, §III-C); contention
    from the per-link loads of XY routing (`moejax.physics.collectives`), Eq. 1 latency;
 3. experts by roofline on each device; 4. combine all-to-all (the dispatch reversed).
 
@@ -59,6 +61,7 @@ class WaferConfig:
     expert_dtype: str = "int8"  # 001 §VI-A: INT8 linear layers
     attention_dtype: str = "fp16"  # 001 §VI-A: FP16 attention and communication
     context_len: int = 0
+    migration_free: bool = False  # copies from local disks over dedicated channels (001 §VI-D)
 
     @property
     def num_devices(self) -> int:
@@ -73,7 +76,8 @@ def make_config(platform: Platform, model: ModelSpec, *, mapping: str = "baselin
                 tp_size: int = 4, retain_allgather: bool = True,
                 micro_batches: tuple[int, ...] = (1, 2, 4, 8), balancer: str = "none",
                 invasive: bool = True, shadow_slots: int = 0, history_decay: float = 0.8,
-                cold_fraction: float = 0.5, context_len: int = 0) -> WaferConfig:
+                cold_fraction: float = 0.5, context_len: int = 0,
+                migration_free: bool = False) -> WaferConfig:
     """Validated WaferConfig; topology, mapping and source split are built once here."""
     topo = topology.build(platform)
     spec = platform.topology
@@ -101,10 +105,15 @@ def make_config(platform: Platform, model: ModelSpec, *, mapping: str = "baselin
                               f"a {spec.kind} platform (allowed there: baseline)")
         m = mp.contiguous_mapping(topo.num_devices, tp_size, retain_allgather=retain_allgather)
         cost = topo.path_latency_s.astype(np.float64)
-    split = mp.source_split(m.holders, cost)
+    if m.name == "her":
+        split = mp.her_source_split(m)  # 001 §IV-B4: all-to-all inside each wafer
+    elif retain_allgather:
+        split = mp.ftd_source_split(m)  # 001 §IV-A: fetch inside the FTD
+    else:
+        split = mp.source_split(m.holders, cost)  # the token's single holder
     return WaferConfig(platform, model, topo, m, split, tuple(int(x) for x in micro_batches),
                        balancer, invasive, shadow_slots, history_decay, cold_fraction,
-                       "int8", "fp16", context_len)
+                       "int8", "fp16", context_len, migration_free)
 
 
 @struct.dataclass
@@ -158,8 +167,8 @@ def holder_tokens(cfg: WaferConfig, expert_ids, token_mask, counts):
 def dispatch_traffic(cfg: WaferConfig, served, pairs_he):
     """Dispatch traffic [D(src), D(dst)] in bytes (diagonal = local) from pairs [H, E].
 
-    Each (token, expert) pair is fetched by the expert's serving devices from the nearest
-    holder of the token (`source_split`), one hidden state per pair.
+    Each (token, expert) pair is fetched by the expert's serving devices from the holder
+    `cfg.source_split` names (FTD member, or the nearest holder), one hidden state per pair.
     """
     b = pairs_he @ served  # [H, D(dst)]
     t = jnp.einsum("hd,hds->sd", b, jnp.asarray(cfg.source_split))
@@ -391,7 +400,10 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         mig_busy, mig_lat, need = phase_parts(mig, cfg.topo)
         a2a_loads = out["a2a_link_bytes"].mean(0)
         ar_loads = out["ar_link_bytes"].mean(0)
-        if cfg.invasive:
+        if cfg.migration_free:  # NVL72 with NVMe channels: off the network (001 §VI-D)
+            mig_s = jnp.float32(0.0)
+            spill = jnp.zeros_like(need)
+        elif cfg.invasive:
             mig_s = mig_busy + mig_lat
             spill = need
         else:
