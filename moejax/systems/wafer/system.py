@@ -10,8 +10,9 @@ layer (001 §II-B Fig. 5, §IV, §V-A):
    expert from the member of the token's TP group inside the destination's Full Token
    Domain (§IV-A: after the all-gather "any device [of an FTD] can access all required
    tokens, confining communication to this domain"; under HER from the token's holder on
-   the destination's wafer; without the all-gather from the token's single holder), split evenly over the expert's replicas (shadow slots, §III-C); contention
-   from the per-link loads of XY routing (`moejax.physics.collectives`), Eq. 1 latency;
+   the destination's wafer; without the all-gather from the token's single holder), split
+   evenly over the expert's replicas (shadow slots, §III-C); contention from the per-link
+   loads of XY routing (`moejax.physics.collectives`), Eq. 1 latency;
 3. experts by roofline on each device; 4. combine all-to-all (the dispatch reversed).
 
 Attention with its all-reduce, and dispatch / experts / combine, are pipelined over
