@@ -1,0 +1,151 @@
+"""Baselines of 000 §VI-A on the same package: EP and Hydra, with on-chip memory (Fig. 12).
+
+EP: experts distributed over the dies, tokens all-to-all, each die loads its experts from
+its own DDR channel (`moejax.systems.ep.moe_layer`). Hydra [17] as §VI-A isolates it: EP
+whose experts are relocated by their popularity to cut inter-chiplet imbalance and traffic.
+The trace's own routing history gives the popularity (counts over all iterations of each
+layer; "cross-layer" profiling in [17]); experts are placed greedily, most popular first,
+on the die with the least popularity so far (LPT), one placement per layer.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from moejax.engine import System
+from moejax.hardware import Platform
+from moejax.models import ModelSpec
+from moejax.systems import ep
+from moejax.trace import Trace
+
+
+def popularity_placement(popularity, num_devices: int):
+    """One-hot placement [E, D] by greedy LPT over popularity [E] (Hydra relocation)."""
+    e = popularity.shape[0]
+    order = jnp.argsort(-popularity, stable=True)
+    cap = -(-e // num_devices)  # equal expert counts per die (same weight storage)
+
+    def place(carry, i):
+        load, used = carry
+        score = jnp.where(used < cap, load, jnp.inf)
+        d = jnp.argmin(score)
+        return (load.at[d].add(popularity[i]), used.at[d].add(1)), d
+
+    _, dev = jax.lax.scan(place, (jnp.zeros(num_devices), jnp.zeros(num_devices)), order)
+    return jnp.zeros((e, num_devices)).at[order].set(jax.nn.one_hot(dev, num_devices))
+
+
+def ep_memory_bytes(cfg: ep.EPConfig, placement, expert_ids, token_mask, counts):
+    """Per-die on-chip bytes of EP (weights [D], tokens [D]) for one layer.
+
+    Weights: the expert being computed plus the next one being prefetched (double buffer),
+    or one if the die runs a single expert. Tokens: its own tokens plus every (token,
+    expert) copy dispatched to it (EP replicates tokens, §II-B), input and output.
+    """
+    m = cfg.model
+    _, tokens_de = ep.layer_demand(cfg, ep.EPParams(placement=placement), expert_ids,
+                                   token_mask, counts)
+    used = (tokens_de > 0).sum(-1)
+    weights = jnp.minimum(used, 2) * m.expert_weight_bytes
+    own = ep.owned_tokens(cfg, token_mask, counts.sum() / m.top_k)
+    tokens = 2.0 * (own + tokens_de.sum(-1)) * m.token_bytes
+    return weights, tokens
+
+
+@struct.dataclass
+class EPMemState:
+    trace: Trace
+    placement: jax.Array  # [L, E, D]
+    layer_latency_s: jax.Array
+    forward_s: jax.Array
+    device_compute_s: jax.Array  # [D]
+    peak_weight_bytes: jax.Array  # [D]
+    peak_token_bytes: jax.Array  # [D]
+    iterations: jax.Array
+
+
+def build(cfg: ep.EPConfig, num_iterations: int, relocate: bool) -> System:
+    """EP (relocate=False, contiguous placement) or Hydra (relocate=True) with memory."""
+    d = cfg.num_devices
+    base = ep.default_params(cfg)
+
+    def init(params, trace: Trace, key):
+        del key
+        n_l = trace.counts.shape[-2]
+        if relocate:
+            pop = trace.counts.sum(0)  # [L, E] popularity over the trace's history
+            place = jax.vmap(lambda p: popularity_placement(p, d))(pop)
+        else:
+            place = jnp.broadcast_to(base.placement, (n_l, *base.placement.shape))
+        z = jnp.float32(0.0)
+        return EPMemState(trace, place, z, z, jnp.zeros(d), jnp.zeros(d), jnp.zeros(d), z)
+
+    def step(params, state: EPMemState, t):
+        tr = state.trace
+        ids, mask, counts = tr.expert_ids[t], tr.token_mask[t], tr.counts[t]
+
+        def one(pl, i, c):
+            out = ep.moe_layer(cfg, ep.EPParams(placement=pl, tau=params.tau), i, mask, c)
+            w, tk = ep_memory_bytes(cfg, pl, i, mask, c)
+            return out, w, tk
+
+        layers, w, tk = jax.vmap(one)(state.placement, ids, counts)
+        m = cfg.model
+        n_tokens = counts[0].sum() / m.top_k
+        att, _ = ep.attention_time_s(cfg, n_tokens, 0.0)
+        dense = ep.dense_ffn_time_s(cfg, n_tokens, 0.0)
+        lat = layers["latency_s"].mean()
+        real = (n_tokens > 0).astype(jnp.float32)
+        new = state.replace(
+            layer_latency_s=state.layer_latency_s + real * lat,
+            forward_s=state.forward_s + real * (lat * m.num_sparse_layers + m.num_layers * att
+                                                + m.num_dense_layers * dense),
+            device_compute_s=state.device_compute_s
+            + real * layers["device_compute_s"].mean(0),
+            peak_weight_bytes=jnp.maximum(state.peak_weight_bytes, w.max(0)),
+            peak_token_bytes=jnp.maximum(state.peak_token_bytes, tk.max(0)),
+            iterations=state.iterations + real,
+        )
+        return new, lat
+
+    def finish(params, state: EPMemState, outs):
+        n = jnp.maximum(state.iterations, 1.0)
+        util = state.device_compute_s / jnp.maximum(state.layer_latency_s, 1e-30)
+        return {
+            "latency_s": state.layer_latency_s / n,
+            "forward_s": state.forward_s / n,
+            "utilization": util,
+            "utilization_mean": util.mean(),
+            "peak_weight_bytes": state.peak_weight_bytes,
+            "peak_token_bytes": state.peak_token_bytes,
+            "onchip_bytes": (state.peak_weight_bytes + state.peak_token_bytes).sum(),
+            "tokens_per_s": (state.trace.tokens_per_iteration().sum()
+                             / jnp.maximum(state.forward_s, 1e-30)),
+            "layer_latency_per_iter_s": outs,
+        }
+
+    return System(name="hydra" if relocate else "ep-mem", init=init, step=step, finish=finish,
+                  num_steps=num_iterations)
+
+
+def _read_options(t):
+    opts = dict(attention=t.str("attention", "tp", choices=ep.ATTENTION_MODES),
+                context_len=t.int("context_len", 0, lo=0))
+    relocate = t.bool("relocate", True)
+    t.close()
+    return opts, relocate
+
+
+def check_options(t) -> None:
+    """Validate a policy's [options] for Hydra."""
+    _read_options(t)
+
+
+def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
+    """(System, params) for Hydra (or EP with memory when relocate = false)."""
+    opts, relocate = _read_options(t)
+    tp = platform.num_devices if opts["attention"] == "tp" else 1
+    cfg = ep.make_config(platform, model, tp_size=tp, **opts)
+    return build(cfg, num_iterations, relocate), ep.default_params(cfg)

@@ -1,0 +1,323 @@
+"""One FSE-DP MoE layer as an event-driven simulation: Algorithm 1 + Rules 1-5 (000 §IV, §V-A).
+
+Model (the same rules as `reference.py`, which is a plain-Python event loop):
+
+* Tokens stay on the chiplet that owns them (token n on die n mod D; no redistribution in
+  A2-A5, §IV-C "FSE-DP no longer needs token redistribution"). `tok[d, e]` tokens of die d
+  chose expert e. The trajectory T_e of expert e is the set of dies holding its tokens,
+  visited in logical-ring order (snake order over the mesh, §VI-A).
+* An expert is cut into M micro-slices (§IV, §IV-C). Under Rules 1-3 every micro-slice is
+  computed at each die of T_e as soon as it arrives and forwarded at once (eager usage,
+  Fig. 4b), then released after its last visit (Rule 3); Rule 4 loads micro-slices from
+  each die's DDR channel whenever buffer space is free. At expert granularity this is a
+  pipeline whose rate is set by its bottleneck resource: per die, compute (tokens x FLOPs
+  plus `ctrl_overhead_s` per micro-slice visit), DDR (its share W / |T_e| of the weights),
+  and D2D send (W (|T_e| - 1) / |T_e| bytes, x hops to the ring successor). Concurrent
+  experts share dies (flow fusion, §IV-B): every running expert advances at
+  1 / max over the resources it uses of the summed demand of all running experts on that
+  resource, so experts sharing a bottleneck finish together ("max of sums", Fig. 6).
+  A finished stream then drains for the pipeline latency P_e (first micro-slice load unless
+  pre-loaded, |T_e| - 1 D2D hops of one micro-slice, one micro-slice compute).
+* Buffers (§IV-B): a running expert keeps 2 micro-slices per trajectory die (one computed
+  and forwarded, one received: Fig. 4b); DDR bandwidth left over by running experts
+  pre-loads the first pending expert into free space (Algorithm 1 line 12, Rule 4). A unit
+  starts only if its slots fit. Rule 5 (A4): the remaining DDR load of a starting expert is
+  spread over T_e in proportion to each die's free space instead of evenly.
+* Algorithm 1: experts are ordered (paired-load: hottest with coldest, §IV-A, and a pair is
+  one scheduling unit; otherwise expert-id order); at every event, while some die is idle,
+  the first pending unit whose trajectory meets the idle set starts (line 6-9); dies become
+  idle again when no running expert uses them (line 15).
+
+One scan step = one event (an expert's stream ends or its drain ends); at most 2E + 2.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from moejax import relax
+from moejax.physics import collectives
+from moejax.systems.fsedp.config import SLOTS_PER_RUNNING_EXPERT, FSEDPConfig
+
+COMPUTE, DDR, D2D = 0, 1, 2
+PENDING, STREAMING, DRAINING, DONE = 0, 1, 2, 3
+REL_TOL = 1e-5  # events closer than this (relative) happen together
+
+
+def num_events(cfg: FSEDPConfig) -> int:
+    """Static scan length of one layer: each step ends >= 1 stream or drain."""
+    return 2 * cfg.model.num_experts + 2
+
+
+def token_owner(num_tokens: int, num_devices: int) -> np.ndarray:
+    """int [N]: die that holds token slot n (tokens evenly sharded, §III)."""
+    return np.arange(num_tokens) % num_devices
+
+
+def tokens_per_die(cfg: FSEDPConfig, expert_ids, token_mask, counts):
+    """tok [D, E]: tokens held by die d routed to expert e (counts / D for counts-only)."""
+    d, e = cfg.num_devices, cfg.model.num_experts
+    if expert_ids.shape[-2] == 0:
+        return jnp.broadcast_to(counts / d, (d, e))
+    owner = jax.nn.one_hot(token_owner(expert_ids.shape[-2], d), d)  # [N, D]
+    routed = jax.nn.one_hot(expert_ids, e).sum(-2) * token_mask[:, None]  # [N, E]
+    return owner.T @ routed
+
+
+def unit_order(cfg: FSEDPConfig, counts):
+    """Scheduling unit of each expert, int [E] (E for inactive experts). Algorithm 1 line 1.
+
+    Paired-load (§IV-A, Fig. 5): sort active experts by token count (descending, ties by
+    id) and pair position p with n - 1 - p (hottest with coldest); unit = pair index.
+    Otherwise unit = rank of the expert id among active experts.
+    """
+    e = cfg.model.num_experts
+    active = counts > 0
+    n_act = active.sum()
+    if cfg.paired_load:
+        key = jnp.where(active, counts, -1.0)
+        order = jnp.argsort(-key, stable=True)
+        pos = jnp.zeros(e, jnp.int32).at[order].set(jnp.arange(e, dtype=jnp.int32))
+        unit = jnp.minimum(pos, n_act - 1 - pos)
+    else:
+        unit = jnp.cumsum(active.astype(jnp.int32)) - 1
+    return jnp.where(active, unit, e).astype(jnp.int32)
+
+
+def ring_successor_hops(cfg: FSEDPConfig, member):
+    """Hops from each die to its successor on expert e's ring trajectory, [E, D]."""
+    d = cfg.num_devices
+    pos = cfg.ring_order
+    dist = (pos[None, :] - pos[:, None]) % d  # [D, D] ring distance d -> d2
+    dist = np.where(dist == 0, d, dist).astype(np.float32)
+    masked = jnp.where(member[:, None, :], dist[None], 2.0 * d + 1)  # [E, D, D2]
+    nxt = relax.argmin_onehot(masked, 0.0, axis=-1)  # [E, D, D2]
+    return (nxt * jnp.asarray(cfg.topo.hops, jnp.float32)[None]).sum(-1) * member
+
+
+def expert_demands(cfg: FSEDPConfig, m, tok):
+    """Static per-expert quantities of one layer (see module docstring).
+
+    Returns member [E, D] bool, comp_s [E, D], ddr_s [E, D] (even shares), send_s [E, D],
+    drain_s [E] (pipeline latency without the fill), fill_s scalar (one micro-slice's load).
+    """
+    mod = cfg.model
+    w = mod.expert_weight_bytes
+    member = tok.T > 0
+    memf = member.astype(jnp.float32)
+    n_t = memf.sum(-1)
+    safe_n = jnp.maximum(n_t, 1.0)
+    hops = ring_successor_hops(cfg, member)
+    comp = tok.T * mod.expert_flops_per_token / cfg.peak_flops + memf * m * cfg.ctrl_overhead_s
+    ddr = memf * (w / safe_n)[:, None] / cfg.ddr_Bps
+    send = memf * (w * (n_t - 1.0) / safe_n)[:, None] * hops / cfg.link_Bps
+    w_ms = w / m
+    # Rule 1: the last micro-slice passes |T_e| - 1 successors, one compute each.
+    per_ms = tok.T * mod.expert_flops_per_token / cfg.peak_flops / m + memf * cfg.ctrl_overhead_s
+    drain = (jnp.maximum(n_t - 1.0, 0.0) * w_ms / cfg.link_Bps
+             + (hops.sum(-1) - hops.max(-1)) * cfg.hop_latency_s + per_ms.max(-1))
+    return member, comp, ddr, send, drain, w_ms / cfg.ddr_Bps
+
+
+@struct.dataclass
+class LayerState:
+    """Event-loop state of one layer. Axes: [E] experts, [D] dies, [3] compute/DDR/D2D."""
+
+    t_s: jax.Array
+    status: jax.Array  # int [E]: PENDING / STREAMING / DRAINING / DONE
+    prog: jax.Array  # [E] fraction of the stream done
+    drain_end_s: jax.Array  # [E]
+    dem_s: jax.Array  # [E, D, 3] seconds of each resource the whole stream needs
+    pipe_s: jax.Array  # [E] drain time charged after the stream
+    pre_bytes: jax.Array  # [E, D] pre-loaded weight bytes of pending experts (Rule 4)
+    busy_s: jax.Array  # [D, 3] busy seconds per die and resource
+    peak_weight_bytes: jax.Array  # [D]
+    events: jax.Array  # int scalar: steps that did something
+
+
+def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False):
+    """Latency and per-die accounting of one FSE-DP layer (A2-A4); A1 goes to `naive_layer`.
+
+    m: micro-slices per expert (already rounded); tok [D, E]; counts [E].
+    Returns a dict: latency_s, busy_s [D, 3], peak_weight_bytes [D], events; with
+    `timeline` also per-step t_s [S], dt_s [S], usage [S, D, 3] (rates in [0, 1]).
+    """
+    e_n, d_n = cfg.model.num_experts, cfg.num_devices
+    w = cfg.model.expert_weight_bytes
+    m = jnp.asarray(m, jnp.float32)
+    member, comp, ddr_even, send, drain, fill = expert_demands(cfg, m, tok)
+    memf = member.astype(jnp.float32)
+    n_t = jnp.maximum(memf.sum(-1), 1.0)
+    share_bytes = memf * (w / n_t)[:, None]  # [E, D] bytes each die loads (fixed homes)
+    active = member.any(-1)
+    unit = unit_order(cfg, counts * active)
+    uoh = jax.nn.one_hot(unit, e_n, dtype=jnp.float32)  # [E, U]; inactive -> zero row
+    w_ms = w / m
+    slot_bytes = SLOTS_PER_RUNNING_EXPERT * w_ms
+    cap = cfg.weight_buffer_bytes
+    reserve = 2 * slot_bytes  # room kept free so a pair can always start (no deadlock)
+    prio = unit * e_n + jnp.arange(e_n)  # pre-load order: unit, then expert id
+
+    def occupancy(st):
+        running = ((st.status == STREAMING) | (st.status == DRAINING)).astype(jnp.float32)
+        pend = (st.status == PENDING).astype(jnp.float32)
+        return slot_bytes * (running @ memf) + pend @ st.pre_bytes
+
+    def start(st, start_e):
+        """Start experts `start_e` [E] bool: fix their demands (Rules 4, 5) and drains."""
+        occ = occupancy(st)
+        pre_tot = st.pre_bytes.sum(-1)
+        if cfg.rule5:
+            # Rule 5: remaining DDR load goes to T_e dies in proportion to free space.
+            free = jnp.maximum(cap - occ, 0.0)[None, :] * memf + 1e-30 * memf
+            frac = free / jnp.maximum(free.sum(-1, keepdims=True), 1e-30)
+            ddr = frac * jnp.maximum(w - pre_tot, 0.0)[:, None] / cfg.ddr_Bps
+        else:
+            ddr = jnp.maximum(share_bytes - st.pre_bytes, 0.0) / cfg.ddr_Bps
+        dem = jnp.stack([comp, ddr, send], axis=-1)
+        pipe = drain + jnp.where(pre_tot >= w_ms, 0.0, fill)
+        s = start_e[:, None, None]
+        return st.replace(
+            status=jnp.where(start_e, STREAMING, st.status),
+            prog=jnp.where(start_e, 0.0, st.prog),
+            dem_s=jnp.where(s, dem, st.dem_s),
+            pipe_s=jnp.where(start_e, pipe, st.pipe_s),
+            pre_bytes=jnp.where(start_e[:, None], 0.0, st.pre_bytes),
+        )
+
+    def schedule_round(_, st):
+        """Algorithm 1 lines 3-10: start the first pending unit meeting the idle set."""
+        running = st.status == STREAMING  # line 15: a die is idle once no stream uses it
+        pend = st.status == PENDING
+        pendf = pend.astype(jnp.float32)
+        idle = 1.0 - (running.astype(jnp.float32) @ memf > 0).astype(jnp.float32)  # ICV [D]
+        unit_traj = (uoh.T @ (memf * pendf[:, None]) > 0).astype(jnp.float32)  # [U, D]
+        unit_pend = uoh.T @ pendf > 0
+        add = uoh.T @ ((slot_bytes * memf - st.pre_bytes) * pendf[:, None])  # [U, D]
+        fits = jnp.all(occupancy(st)[None, :] + add <= cap * (1 + REL_TOL), axis=-1)
+        ok = unit_pend & (unit_traj @ idle > 0) & fits
+        score = jnp.where(ok, e_n - jnp.arange(e_n), -1).astype(jnp.float32)
+        pick = relax.argmax_onehot(score) * ok.any()  # [U]
+        start_e = (uoh @ pick > 0) & pend
+        return start(st, start_e)
+
+    def step(st, _):
+        done = jnp.all(st.status == DONE)
+        st0 = st
+        st = jax.lax.fori_loop(0, d_n, schedule_round, st)
+        peak = jnp.maximum(st.peak_weight_bytes, occupancy(st))
+        stream = st.status == STREAMING
+        load = jnp.einsum("e,edk->dk", stream.astype(jnp.float32), st.dem_s)  # [D, 3]
+        bott = jnp.max(jnp.where(st.dem_s > 0, load[None], 0.0), axis=(-2, -1))  # [E]
+        rate = jnp.where(stream & (bott > 0), 1.0 / jnp.where(bott > 0, bott, 1.0), 0.0)
+        t_stream = jnp.where(stream, (1.0 - st.prog) * bott, jnp.inf)
+        t_drain = jnp.where(st.status == DRAINING, st.drain_end_s - st.t_s, jnp.inf)
+        dt = jnp.minimum(t_stream.min(), t_drain.min())
+        dt = jnp.where(jnp.isfinite(dt), jnp.maximum(dt, 0.0), 0.0)
+        usage = jnp.einsum("e,edk->dk", rate, st.dem_s)  # [D, 3], each <= 1
+        # Rule 4 / Algorithm 1 line 12: each die's left-over DDR bandwidth pre-loads the
+        # next pending expert (in unit order) that still has a share to load on that die,
+        # into free space beyond the slots reserved for one more starting pair.
+        pend = (st.status == PENDING)[:, None]
+        cand = pend & (share_bytes - st.pre_bytes > 0)  # [E, D]
+        key = jnp.where(cand, prio[:, None], 2 * e_n * e_n).astype(jnp.float32)
+        tgt = relax.argmin_onehot(key, 0.0, axis=0) * cand.any(0)[None, :]  # [E, D]
+        want = (tgt * (share_bytes - st.pre_bytes)).sum(0)  # [D]
+        room = jnp.maximum(cap - reserve - occupancy(st), 0.0)
+        left = jnp.maximum(1.0 - usage[:, DDR], 0.0) * cfg.ddr_Bps * dt
+        add = jnp.maximum(jnp.minimum(jnp.minimum(left, want), room), 0.0)
+        pre = st.pre_bytes + tgt * add[None, :]
+        busy = st.busy_s + usage * dt
+        busy = busy.at[:, DDR].add(add / cfg.ddr_Bps)
+        t_new = st.t_s + dt
+        tol = REL_TOL * t_new + 1e-15
+        fin = stream & (t_stream <= dt + tol)
+        prog = jnp.where(fin, 1.0, jnp.minimum(st.prog + rate * dt, 1.0))
+        status = jnp.where(fin, DRAINING, st.status)
+        drain_end = jnp.where(fin, t_new + st.pipe_s, st.drain_end_s)
+        status = jnp.where((status == DRAINING) & (drain_end <= t_new + tol), DONE, status)
+        st = st.replace(t_s=t_new, status=status, prog=prog, drain_end_s=drain_end,
+                        pre_bytes=pre, busy_s=busy, events=st.events + 1)
+        st = st.replace(peak_weight_bytes=jnp.maximum(peak, occupancy(st)))
+        st = jax.tree_util.tree_map(lambda a, b: jnp.where(done, a, b), st0, st)
+        out = (st0.t_s, jnp.where(done, 0.0, dt), jnp.where(done, 0.0, usage))
+        return st, out
+
+    z = jnp.zeros(e_n)
+    st = LayerState(
+        t_s=jnp.float32(0.0),
+        status=jnp.where(active, PENDING, DONE).astype(jnp.int32),
+        prog=z, drain_end_s=z, dem_s=jnp.zeros((e_n, d_n, 3)), pipe_s=z,
+        pre_bytes=jnp.zeros((e_n, d_n)), busy_s=jnp.zeros((d_n, 3)),
+        peak_weight_bytes=jnp.zeros(d_n), events=jnp.int32(0),
+    )
+    st, (ts, dts, use) = jax.lax.scan(step, st, None, length=num_events(cfg))
+    res = {
+        "latency_s": st.t_s,
+        "busy_s": st.busy_s,
+        "peak_weight_bytes": st.peak_weight_bytes,
+        "events": st.events,
+        "finished": jnp.all(st.status == DONE),
+    }
+    if timeline:
+        res.update(t_s=ts, dt_s=dts, usage=use)
+    return res
+
+
+def naive_layer(cfg: FSEDPConfig, tok, counts):
+    """A1, naive FSE-DP of §III (Fig. 3), experts one at a time in id order.
+
+    Per expert: tokens are redistributed all-to-all so each die holds counts_e / D of them
+    (and the outputs are sent back); each die loads one slice W / D from its DDR channel
+    (double-buffered: the next expert's slices load while this one circulates, §IV
+    "nearly doubling the on-chip memory"); then D phases, each the longer of computing the
+    local tokens with the held slice and passing the slice to the ring successor.
+    Returns the same keys as `simulate_layer`.
+    """
+    mod, d = cfg.model, cfg.num_devices
+    w = mod.expert_weight_bytes
+    active = (counts > 0).astype(jnp.float32)
+    even = counts / d  # [E] tokens per die after redistribution
+    surplus = jnp.maximum(tok - even[None, :], 0.0)  # [D, E]
+    deficit = jnp.maximum(even[None, :] - tok, 0.0)
+    frac = deficit / jnp.maximum(deficit.sum(0, keepdims=True), 1e-30)
+    traffic = jnp.einsum("se,de->esd", surplus, frac) * mod.token_bytes  # [E, D, D]
+    a2a = (collectives.all_to_all_time_s(traffic, cfg.topo)
+           + collectives.all_to_all_time_s(jnp.swapaxes(traffic, -1, -2), cfg.topo))
+    a2a = a2a * (surplus.sum(0) > 0)
+    pos = cfg.ring_order
+    succ = np.argsort(pos)[(pos + 1) % d]
+    ring_hops = float(np.max(cfg.topo.hops[np.arange(d), succ])) if d > 1 else 0.0
+    slice_b = w / d
+    xfer = slice_b / cfg.link_Bps + ring_hops * cfg.hop_latency_s
+    comp_phase = even * mod.expert_flops_per_token / d / cfg.peak_flops + cfg.ctrl_overhead_s
+    circ = d * jnp.maximum(comp_phase, xfer if d > 1 else 0.0)
+    load = slice_b / cfg.ddr_Bps
+    # double buffering needs two slices on chip; without room, load and circulation serialize
+    double = 2.0 * slice_b <= cfg.weight_buffer_bytes
+    per_expert = active * (a2a + (jnp.maximum(circ, load) if double else circ + load))
+    latency = load * (active.sum() > 0) + per_expert.sum()
+    comp_total = active * even * mod.expert_flops_per_token / cfg.peak_flops
+    busy = jnp.stack([
+        jnp.broadcast_to(comp_total.sum() + active.sum() * d * cfg.ctrl_overhead_s, (d,)),
+        jnp.broadcast_to(active.sum() * load, (d,)),
+        jnp.broadcast_to(active.sum() * (d - 1) * slice_b / cfg.link_Bps, (d,)),
+    ], axis=-1)
+    return {
+        "latency_s": latency,
+        "busy_s": busy,
+        "peak_weight_bytes": jnp.full((d,), (2.0 if double else 1.0) * slice_b
+                                      * (active.sum() > 0)),
+        "events": active.sum().astype(jnp.int32),
+        "finished": jnp.bool_(True),
+    }
+
+
+def moe_layer(cfg: FSEDPConfig, m, tok, counts):
+    """One layer under the configured mechanism (A1 naive or the micro-slice flow)."""
+    if cfg.naive:
+        return naive_layer(cfg, tok, counts)
+    return simulate_layer(cfg, m, tok, counts)

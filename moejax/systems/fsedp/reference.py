@@ -1,0 +1,195 @@
+"""Plain-Python event loop of one FSE-DP layer: the rules of `layer.py`, written as loops.
+
+Used by the tests on small cases: in hard mode the vectorized `layer.simulate_layer` must
+give the same latency, busy time per die and resource, and peak weight bytes per die.
+Every rule cites the same place in paper 000 as the vectorized version.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from moejax.systems.fsedp.config import SLOTS_PER_RUNNING_EXPERT, FSEDPConfig
+
+PENDING, STREAMING, DRAINING, DONE = 0, 1, 2, 3
+REL_TOL = 1e-5
+
+
+def _order(cfg: FSEDPConfig, counts):
+    """Unit of each expert (Algorithm 1 line 1; paired-load §IV-A)."""
+    e_n = len(counts)
+    active = [c > 0 for c in counts]
+    act_ids = [e for e in range(e_n) if active[e]]
+    unit = [e_n] * e_n
+    if cfg.paired_load:
+        ranked = sorted(act_ids, key=lambda e: (-counts[e], e))
+        n = len(ranked)
+        for p, e in enumerate(ranked):
+            unit[e] = min(p, n - 1 - p)
+    else:
+        for r, e in enumerate(act_ids):
+            unit[e] = r
+    return unit
+
+
+def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
+    """Reference of `layer.simulate_layer` (tok [D, E] as nested lists or an array)."""
+    tok = np.asarray(tok, np.float64)
+    d_n, e_n = tok.shape
+    mod = cfg.model
+    w = mod.expert_weight_bytes
+    f_tok = mod.expert_flops_per_token
+    pos = [int(x) for x in cfg.ring_order]
+    hops_tab = cfg.topo.hops
+    member = [[tok[d, e] > 0 for d in range(d_n)] for e in range(e_n)]
+    n_t = [sum(member[e]) for e in range(e_n)]
+    counts = [float(tok[:, e].sum()) for e in range(e_n)]
+    unit = _order(cfg, counts)
+    w_ms = w / m
+    slot = SLOTS_PER_RUNNING_EXPERT * w_ms
+    cap = cfg.weight_buffer_bytes
+    reserve = 2 * slot
+
+    # per-expert demands (layer.expert_demands)
+    comp, send, share, hops = {}, {}, {}, {}
+    drain = [0.0] * e_n
+    for e in range(e_n):
+        n = max(n_t[e], 1)
+        for d in range(d_n):
+            if not member[e][d]:
+                comp[e, d] = send[e, d] = share[e, d] = hops[e, d] = 0.0
+                continue
+            best, nxt = None, d
+            for d2 in range(d_n):
+                if member[e][d2]:
+                    dist = (pos[d2] - pos[d]) % d_n or d_n
+                    if best is None or dist < best:
+                        best, nxt = dist, d2
+            hops[e, d] = float(hops_tab[d, nxt])
+            comp[e, d] = tok[d, e] * f_tok / cfg.peak_flops + m * cfg.ctrl_overhead_s
+            share[e, d] = w / n
+            send[e, d] = w * (n_t[e] - 1) / n * hops[e, d] / cfg.link_Bps
+        hs = [hops[e, d] for d in range(d_n)]
+        per_ms = max(tok[d, e] * f_tok / cfg.peak_flops / m
+                     + (cfg.ctrl_overhead_s if member[e][d] else 0.0) for d in range(d_n))
+        drain[e] = (max(n_t[e] - 1, 0) * w_ms / cfg.link_Bps
+                    + (sum(hs) - max(hs)) * cfg.hop_latency_s + per_ms)
+    fill = w_ms / cfg.ddr_Bps
+
+    status = [PENDING if n_t[e] > 0 else DONE for e in range(e_n)]
+    prog = [0.0] * e_n
+    drain_end = [0.0] * e_n
+    dem = {}
+    pipe = [0.0] * e_n
+    pre = {(e, d): 0.0 for e in range(e_n) for d in range(d_n)}
+    busy = [[0.0, 0.0, 0.0] for _ in range(d_n)]
+    peak = [0.0] * d_n
+    t = 0.0
+
+    def occupancy():
+        occ = [0.0] * d_n
+        for e in range(e_n):
+            for d in range(d_n):
+                if status[e] in (STREAMING, DRAINING) and member[e][d]:
+                    occ[d] += slot
+                elif status[e] == PENDING:
+                    occ[d] += pre[e, d]
+        return occ
+
+    def start(e, occ):
+        pre_tot = sum(pre[e, d] for d in range(d_n))
+        if cfg.rule5:  # Rule 5: spread the remaining DDR load by free space
+            free = [max(cap - occ[d], 0.0) + 1e-30 if member[e][d] else 0.0
+                    for d in range(d_n)]
+            tot = sum(free)
+            ddr = [free[d] / tot * max(w - pre_tot, 0.0) / cfg.ddr_Bps for d in range(d_n)]
+        else:
+            ddr = [max(share[e, d] - pre[e, d], 0.0) / cfg.ddr_Bps for d in range(d_n)]
+        for d in range(d_n):
+            dem[e, d] = (comp[e, d], ddr[d], send[e, d])
+            pre[e, d] = 0.0
+        pipe[e] = drain[e] + (0.0 if pre_tot >= w_ms else fill)
+        status[e] = STREAMING
+        prog[e] = 0.0
+
+    steps = 2 * e_n + 2
+    for _ in range(steps):
+        if all(s == DONE for s in status):
+            break
+        # Algorithm 1: start units while some die of their trajectory is idle
+        for _round in range(d_n):
+            idle = [not any(status[e] == STREAMING and member[e][d] for e in range(e_n))
+                    for d in range(d_n)]
+            occ = occupancy()
+            chosen = None
+            for u in sorted({unit[e] for e in range(e_n) if status[e] == PENDING}):
+                mem = [e for e in range(e_n) if unit[e] == u and status[e] == PENDING]
+                traj = [any(member[e][d] for e in mem) for d in range(d_n)]
+                if not any(traj[d] and idle[d] for d in range(d_n)):
+                    continue
+                add = [sum((slot if member[e][d] else 0.0) - pre[e, d] for e in mem)
+                       for d in range(d_n)]
+                if all(occ[d] + add[d] <= cap * (1 + REL_TOL) for d in range(d_n)):
+                    chosen = mem
+                    break
+            if chosen is None:
+                break
+            occ = occupancy()  # a unit's members start together, from the same occupancy
+            for e in chosen:
+                start(e, occ)
+        occ = occupancy()
+        peak = [max(peak[d], occ[d]) for d in range(d_n)]
+        stream = [e for e in range(e_n) if status[e] == STREAMING]
+        load = [[sum(dem[e, d][k] for e in stream) for k in range(3)] for d in range(d_n)]
+        bott, rate, t_end = {}, {}, math.inf
+        for e in stream:
+            bott[e] = max([load[d][k] for d in range(d_n) for k in range(3) if dem[e, d][k] > 0],
+                          default=0.0)
+            rate[e] = 1.0 / bott[e] if bott[e] > 0 else 0.0
+            t_end = min(t_end, (1.0 - prog[e]) * bott[e])
+        for e in range(e_n):
+            if status[e] == DRAINING:
+                t_end = min(t_end, drain_end[e] - t)
+        dt = max(t_end, 0.0) if math.isfinite(t_end) else 0.0
+        usage = [[sum(rate[e] * dem[e, d][k] for e in stream) for k in range(3)]
+                 for d in range(d_n)]
+        # Rule 4: each die pre-loads the next pending expert with a share left on it
+        adds = []
+        for d in range(d_n):
+            cands = [e for e in range(e_n) if status[e] == PENDING and share[e, d] - pre[e, d] > 0]
+            if not cands:
+                continue
+            e = min(cands, key=lambda x: (unit[x], x))
+            room = max(cap - reserve - occ[d], 0.0)
+            left = max(1.0 - usage[d][1], 0.0) * cfg.ddr_Bps * dt
+            add = max(min(left, share[e, d] - pre[e, d], room), 0.0)
+            adds.append((e, d, add))
+        for e, d, add in adds:
+            pre[e, d] += add
+            busy[d][1] += add / cfg.ddr_Bps
+        for d in range(d_n):
+            for k in range(3):
+                busy[d][k] += usage[d][k] * dt
+        t_new = t + dt
+        tol = REL_TOL * t_new + 1e-15
+        for e in stream:
+            if (1.0 - prog[e]) * bott[e] <= dt + tol:
+                prog[e] = 1.0
+                status[e] = DRAINING
+                drain_end[e] = t_new + pipe[e]
+            else:
+                prog[e] = min(prog[e] + rate[e] * dt, 1.0)
+        for e in range(e_n):
+            if status[e] == DRAINING and drain_end[e] <= t_new + tol:
+                status[e] = DONE
+        t = t_new
+        occ = occupancy()
+        peak = [max(peak[d], occ[d]) for d in range(d_n)]
+    return {
+        "latency_s": t,
+        "busy_s": np.asarray(busy),
+        "peak_weight_bytes": np.asarray(peak),
+        "finished": all(s == DONE for s in status),
+    }

@@ -1,0 +1,176 @@
+"""FSE-DP over the iterations of a trace: MoE layers (Algorithm 1, Rules 1-5), attention
+with head parallelism over the dies (§VI-C), token buffering (Algorithm 2) across iterations.
+
+One engine step = one forward iteration; its layers run through `layer.moe_layer` (vmapped
+over layers, or in sequence when token buffering decides per layer boundary).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from moejax import relax
+from moejax.engine import System
+from moejax.errors import ConfigError
+from moejax.hardware import Platform
+from moejax.models import ModelSpec
+from moejax.systems import ep
+from moejax.systems.fsedp import buffering
+from moejax.systems.fsedp.config import (
+    ABLATIONS,
+    DEFAULT_CTRL_OVERHEAD_S,
+    FSEDPConfig,
+    FSEDPParams,
+    check_microslices,
+    make_config,
+    min_microslices,
+)
+from moejax.systems.fsedp.layer import moe_layer, token_owner, tokens_per_die
+from moejax.trace import Trace
+
+
+@struct.dataclass
+class FSEDPState:
+    """Accumulators over iterations (float32 unless noted)."""
+
+    trace: Trace
+    buf: buffering.BufferState
+    layer_latency_s: jax.Array  # sum over iterations of the mean MoE-layer latency
+    forward_s: jax.Array
+    busy_s: jax.Array  # [D, 3] busy time per die (compute, DDR, D2D), per mean layer
+    peak_weight_bytes: jax.Array  # [D]
+    peak_token_bytes: jax.Array  # [D]
+    tokens_done: jax.Array
+    deferrals: jax.Array
+    iterations: jax.Array
+    unfinished: jax.Array  # layers whose event loop ran out of steps (should stay 0)
+
+
+def attention_config(cfg: FSEDPConfig) -> ep.EPConfig:
+    """Head-parallel attention over all dies (000 §VI-C), timed by `ep.attention_time_s`."""
+    return ep.make_config(cfg.platform, cfg.model, attention="tp", tp_size=cfg.num_devices)
+
+
+def token_bytes_per_die(cfg: FSEDPConfig, token_mask, n_tokens):
+    """[D]: one copy of each token's activation and output on its die (§VI-B, no replicas)."""
+    d = cfg.num_devices
+    if token_mask.shape[-1] > 0:
+        owned = token_mask.astype(jnp.float32) @ jax.nn.one_hot(
+            token_owner(token_mask.shape[-1], d), d)
+    else:
+        owned = jnp.full((d,), n_tokens / d)
+    return 2.0 * owned * cfg.model.token_bytes
+
+
+def build(cfg: FSEDPConfig, num_iterations: int, num_layers: int | None = None) -> System:
+    """FSE-DP as an init / step / finish system over `num_iterations` iterations."""
+    d = cfg.num_devices
+    att_cfg = attention_config(cfg)
+    mod = cfg.model
+
+    def init(params: FSEDPParams, trace: Trace, key):
+        del key
+        z = jnp.float32(0.0)
+        n_l = trace.counts.shape[-2]
+        return FSEDPState(trace, buffering.init_state(cfg, n_l), z, z, jnp.zeros((d, 3)),
+                          jnp.zeros(d), jnp.zeros(d), z, z, z, z)
+
+    def step(params: FSEDPParams, state: FSEDPState, t):
+        tr = state.trace
+        m = jnp.maximum(relax.round(params.num_microslices, params.tau), 1.0)
+        ids, mask, counts = tr.expert_ids[t], tr.token_mask[t], tr.counts[t]
+        n_tokens = counts[0].sum() / mod.top_k
+        if cfg.token_buffering and tr.has_tokens:
+            tok_r, size_r = buffering.tokens_per_request(cfg, ids, mask)
+            tok_l, done_tok, deferred, buf = buffering.plan_iteration(
+                cfg, state.buf, tok_r, size_r, True)
+        else:
+            tok_l = jax.vmap(lambda i, c: tokens_per_die(cfg, i, mask, c))(ids, counts)
+            done_tok, deferred, buf = n_tokens, jnp.float32(0.0), state.buf
+        layers = jax.vmap(lambda tk: moe_layer(cfg, m, tk, tk.sum(0)))(tok_l)
+        tau_s = params.tau * mod.expert_weight_bytes / cfg.ddr_Bps
+        att, _ = ep.attention_time_s(att_cfg, n_tokens, tau_s)
+        dense = ep.dense_ffn_time_s(att_cfg, n_tokens, tau_s)
+        lat = layers["latency_s"]
+        forward = (lat.mean() * mod.num_sparse_layers + mod.num_layers * att
+                   + mod.num_dense_layers * dense)
+        real = (n_tokens > 0).astype(jnp.float32)
+        new = state.replace(
+            buf=buf,
+            layer_latency_s=state.layer_latency_s + real * lat.mean(),
+            forward_s=state.forward_s + real * forward,
+            busy_s=state.busy_s + real * layers["busy_s"].mean(0),
+            peak_weight_bytes=jnp.maximum(state.peak_weight_bytes,
+                                          layers["peak_weight_bytes"].max(0)),
+            peak_token_bytes=jnp.maximum(state.peak_token_bytes,
+                                         token_bytes_per_die(cfg, mask, n_tokens)),
+            tokens_done=state.tokens_done + real * done_tok,
+            deferrals=state.deferrals + deferred,
+            iterations=state.iterations + real,
+            unfinished=state.unfinished + (~layers["finished"]).sum(),
+        )
+        return new, lat.mean()
+
+    def finish(params: FSEDPParams, state: FSEDPState, outs):
+        n = jnp.maximum(state.iterations, 1.0)
+        lat = jnp.maximum(state.layer_latency_s, 1e-30)
+        util = state.busy_s / lat  # [D, 3]
+        return {
+            "latency_s": state.layer_latency_s / n,
+            "forward_s": state.forward_s / n,
+            "utilization": util[:, 0],
+            "utilization_mean": util[:, 0].mean(),
+            "utilization_split": util,
+            "peak_weight_bytes": state.peak_weight_bytes,
+            "peak_token_bytes": state.peak_token_bytes,
+            "onchip_bytes": (state.peak_weight_bytes + state.peak_token_bytes).sum(),
+            "tokens_per_s": state.tokens_done / jnp.maximum(state.forward_s, 1e-30),
+            "deferrals": state.deferrals,
+            "unfinished_layers": state.unfinished,
+            "layer_latency_per_iter_s": outs,
+        }
+
+    return System(name="fsedp", init=init, step=step, finish=finish, num_steps=num_iterations)
+
+
+# --- policy options ------------------------------------------------------------------------
+
+
+def _read_options(t):
+    ablation = t.str("ablation", "A3", choices=tuple(ABLATIONS))
+    opts = dict(
+        ablation=ablation,
+        slack=t.float("slack", 0.2, hi=1.0),
+        theta_min=t.float("theta_min", 2.0, positive=False),
+        num_requests=t.int("num_requests", 4, lo=1),
+        weight_buffer_bytes=t.float("weight_buffer_bytes", 0.0, positive=False),
+        ctrl_overhead_s=t.float("ctrl_overhead_s", DEFAULT_CTRL_OVERHEAD_S, positive=False),
+    )
+    m = t.float("num_microslices", 8.0, lo=1.0)
+    auto = t.bool("raise_microslices_to_fit", True)
+    t.close()
+    return opts, m, auto
+
+
+def check_options(t) -> None:
+    """Validate a policy's [options] for FSE-DP (names, types, ranges)."""
+    _read_options(t)
+
+
+def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
+    """(System, params) for FSE-DP from a policy's options Table."""
+    opts, m, auto = _read_options(t)
+    cfg = make_config(platform, model, **opts)
+    if auto:
+        m = max(m, float(min_microslices(cfg)))
+    check_microslices(cfg, m)
+    return build(cfg, num_iterations), FSEDPParams(num_microslices=jnp.float32(m))
+
+
+def config_for(platform: Platform, model: ModelSpec, ablation: str, **kw) -> FSEDPConfig:
+    """Shortcut used by the study: `make_config` with one of A1-A5."""
+    if ablation not in ABLATIONS:
+        raise ConfigError(f"ablation = {ablation!r}; allowed: {', '.join(ABLATIONS)}")
+    return make_config(platform, model, ablation=ablation, **kw)
