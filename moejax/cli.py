@@ -33,6 +33,14 @@ def _simulate(args) -> int:
         if not traces.batch_shape:
             traces = jax.tree_util.tree_map(lambda x: x[None], traces)
         source = f"file {args.trace}"
+    elif args.trace_gen.strip().endswith(".json"):  # a fit from `moejax trace fit --out`
+        from moejax.trace import fit
+
+        traces = fit.generate_fitted(
+            args.trace_gen, key, num_traces=args.traces, iterations=args.iterations,
+            layers=args.layers, tokens=args.tokens, num_experts=m.num_experts, top_k=m.top_k,
+        )
+        source = f"fitted {args.trace_gen}"
     else:
         spec = gen.parse_spec(args.trace_gen)
         traces = gen.generate(
@@ -160,8 +168,13 @@ def _trace(args) -> int:
         print(f"wrote {args.out}: {args.traces} traces x {args.iterations} iterations x "
               f"{args.layers} layers x {args.tokens} tokens, E={args.experts}, k={args.top_k}")
         return 0
+    if args.trace_cmd in ("import", "fit"):
+        return args.trace_fn(args)
     tr, meta = trace_io.load(args.file)
     print(summary.format_summary(summary.summarize(tr)))
+    from moejax.trace.commands import inspect_extra
+
+    inspect_extra(tr, meta, args.plot, args.json)
     return 0
 
 
@@ -229,6 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     i = tsub.add_parser("inspect", help="summarize a trace file")
     i.add_argument("file")
+    i.add_argument("--plot", help="write a PNG of load skew, activated experts, affinity")
+    i.add_argument("--json", help="write activated experts / affinity / locality as JSON")
+    from moejax.trace.commands import add_fit_parser, add_import_parser
+
+    add_import_parser(tsub, _positive_int)
+    add_fit_parser(tsub)
     t.set_defaults(fn=_trace)
     return p
 

@@ -1,0 +1,118 @@
+"""`moejax trace import | fit` and the extra output of `moejax trace inspect` (the CLI in
+`moejax.cli` adds their parsers and calls these)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moejax.errors import ConfigError
+
+
+def add_import_parser(tsub, positive_int) -> None:
+    """`moejax trace import --format FORMAT SRC [SRC ...] --out FILE.npz`."""
+    from moejax.trace.importers import FORMATS
+
+    p = tsub.add_parser("import", help="import a recorded routing trace to .npz")
+    p.add_argument("--format", required=True, choices=FORMATS,
+                   help="esft (task folder), olmoe (.pkl files, one iteration each), "
+                   "jsonl, counts-csv; see docs/traces.md")
+    p.add_argument("src", nargs="+", help="source file(s) or folder")
+    p.add_argument("--out", required=True, help="trace file to write (.npz)")
+    p.add_argument("--experts", type=positive_int, default=None, help="experts per layer")
+    p.add_argument("--top-k", type=positive_int, default=None)
+    p.add_argument("--tokens-per-iteration", type=positive_int, default=None,
+                   help="esft: cut the token stream into iterations of this many tokens "
+                   "(default: one iteration per sequence)")
+    p.add_argument("--keep-last-token", action="store_true",
+                   help="esft: keep each sequence's last token (a logging artifact)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(trace_fn=run_import)
+
+
+def add_fit_parser(tsub) -> None:
+    """`moejax trace fit FILE --family F [--family F ...] [--out FIT.json]`."""
+    from moejax.trace.fit import FIT_FAMILIES
+
+    p = tsub.add_parser("fit", help="fit generator families to a recorded trace")
+    p.add_argument("file", help="trace file (.npz), e.g. from `moejax trace import`")
+    p.add_argument("--family", action="append", choices=FIT_FAMILIES,
+                   help="family to fit (repeatable; default: all)")
+    p.add_argument("--out", help="write the fit of the best (or the only) family as JSON; "
+                   "`moejax simulate --trace-gen FILE.json` generates from it")
+    p.add_argument("--report", help="write the full fit report as JSON")
+    p.add_argument("--no-holdout", action="store_true",
+                   help="fit on all iterations (no held-out evaluation)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(trace_fn=run_fit)
+
+
+def run_import(args) -> int:
+    from moejax.trace import io as trace_io
+    from moejax.trace.importers import import_trace
+
+    opts = {}
+    if args.format == "esft":
+        opts = {"tokens_per_iteration": args.tokens_per_iteration,
+                "drop_last_token": not args.keep_last_token}
+    elif args.tokens_per_iteration or args.keep_last_token:
+        raise ConfigError("--tokens-per-iteration / --keep-last-token: esft format only")
+    tr, meta = import_trace(args.format, args.src, num_experts=args.experts, top_k=args.top_k,
+                            progress=not args.quiet, **opts)
+    trace_io.save(args.out, tr, meta)
+    kind = "token-level" if tr.has_tokens else "counts-only"
+    print(f"wrote {args.out}: {tr.num_iterations} iterations x {tr.num_layers} layers, "
+          f"E={tr.num_experts}, top_k={tr.top_k}, {kind}")
+    return 0
+
+
+def run_fit(args) -> int:
+    import jax
+
+    from moejax.results import atomic_write_json
+    from moejax.trace import fit
+    from moejax.trace import io as trace_io
+
+    tr, _ = trace_io.load(args.file)
+    if tr.batch_shape:
+        if tr.batch_shape != (1,):
+            raise ConfigError(f"file: fit takes one recording, {args.file} holds "
+                              f"{tr.batch_shape[0]} traces")
+        tr = tr[0]
+    families = tuple(args.family or fit.FIT_FAMILIES)
+    res = fit.fit(tr, families, holdout=not args.no_holdout, key=jax.random.key(args.seed))
+    print(fit.format_fit(res))
+    if args.report:
+        atomic_write_json(Path(args.report), res)
+    if args.out:
+        fam = families[0] if len(families) == 1 else res.get("best")
+        if fam is None:
+            raise ConfigError("family: no family could be fitted; see the errors above")
+        fit.save_fit(args.out, res, fam, source=str(args.file))
+        print(f"wrote {args.out} ({fam}); use: moejax simulate --trace-gen {args.out}")
+    return 0
+
+
+def inspect_extra(tr, meta: dict, plot_path: str | None, as_json: str | None) -> None:
+    """Print activated experts, cross-layer affinity, temporal locality; write a plot."""
+    from moejax.trace import analysis
+
+    if tr.batch_shape:
+        tr = tr[0] if tr.batch_shape == (1,) else tr
+    a = analysis.analyze(tr, meta) if not tr.batch_shape else None
+    if a is not None:
+        print(analysis.format_analysis(a))
+    if as_json and a is not None:
+        from moejax.results import atomic_write_json
+
+        atomic_write_json(Path(as_json), a)
+    if plot_path:
+        if a is None:
+            raise ConfigError("--plot: plots a single recording, not a batch of traces")
+        title = meta.get("path", "") if isinstance(meta, dict) else ""
+        analysis.plot(tr, plot_path, meta, title=title)
+        print(f"wrote {plot_path}")
+
+
+def fitted_spec_or_none(text: str):
+    """A fit JSON path given to `--trace-gen`, or None for an ordinary spec string."""
+    return text if isinstance(text, str) and text.strip().endswith(".json") else None
