@@ -1,0 +1,59 @@
+"""Run an event-step System over many request streams until every stream is done.
+
+`jit(vmap(scan))` over fixed-length chunks of `chunk_steps` events with a done-mask (a
+finished stream's state is frozen); the host only checks between chunks whether every
+stream is done, so the number of events need not be known in advance.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from moejax.engine import System
+from moejax.errors import MoejaxError
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(system: System, chunk_steps: int):
+    def chunk_one(params, state):
+        def body(st, t):
+            new, _ = system.step(params, st, t)
+            done = system.is_done(st)
+            return jax.tree_util.tree_map(lambda n, o: jnp.where(done, o, n), new, st), None
+
+        state, _ = jax.lax.scan(body, state, jnp.arange(chunk_steps, dtype=jnp.int32))
+        return state, system.is_done(state)
+
+    init = jax.jit(jax.vmap(system.init, in_axes=(None, 0, 0)))
+    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(None, 0)), donate_argnums=1)
+    finish = jax.jit(jax.vmap(lambda p, s: system.finish(p, s, None), in_axes=(None, 0)))
+    return init, chunk, finish
+
+
+def run_streams(system: System, params, streams, key=None, *, chunk_steps: int = 2048,
+                max_steps: int = 50_000_000, return_state: bool = False, keys=None):
+    """Metrics with a leading `[T]` axis for `streams` (a RequestStream batch, leaves [T, R]).
+
+    Stream t uses `jax.random.split(key, T)[t]` (or `keys[t]` if given). Raises MoejaxError
+    if some stream is not done after `max_steps` events.
+    """
+    key = jax.random.key(0) if key is None else key
+    n = int(np.shape(streams.arrival_s)[0])
+    keys = jax.random.split(key, n) if keys is None else keys
+    init, chunk, finish = _compiled(system, int(chunk_steps))
+    state = init(params, streams, keys)
+    steps = 0
+    while True:
+        state, done = chunk(params, state)
+        steps += chunk_steps
+        if bool(np.all(np.asarray(done))):
+            break
+        if steps >= max_steps:
+            raise MoejaxError(f"{system.name}: streams not done after max_steps = {max_steps} "
+                              "events; raise max_steps or lower the load")
+    out = finish(params, state)
+    return (out, state) if return_state else out
