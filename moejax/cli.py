@@ -22,9 +22,12 @@ def _simulate(args) -> int:
 
     from moejax import api, engine
     from moejax.results import atomic_write_csv, atomic_write_json
+    from moejax.systems.amoe import cli as amoe_cli
     from moejax.trace import gen
     from moejax.trace import io as trace_io
 
+    if amoe_cli.is_stream_policy(args.policy):  # 002 AMoE: request streams, not traces
+        return amoe_cli.simulate(args)
     setup = api.resolve(args.hardware, args.model, args.policy)
     m = setup.model
     key = jax.random.key(args.seed)
@@ -216,6 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--chunk", type=_positive_int, default=None, help="traces per compiled call")
     s.add_argument("--out", help="folder for results.csv and summary.json")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--rate", type=float, default=None,
+                   help="stream-serving policies (aep-*, ep-sync): Poisson requests/s")
+    s.add_argument("--workload", default="medium",
+                   help="stream-serving policies: short | medium | reasonable (002 §5)")
+    s.add_argument("--streams", type=_positive_int, default=1,
+                   help="stream-serving policies: request streams")
+    s.add_argument("--requests", type=_positive_int, default=256,
+                   help="stream-serving policies: requests per stream")
     s.set_defaults(fn=_simulate)
 
     c = sub.add_parser("catalog", help="list hardware, models or policies")
