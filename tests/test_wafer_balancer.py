@@ -115,16 +115,21 @@ def _tokens_of(counts):
 def test_non_invasive_hides_what_invasive_pays():
     plat = make_platform("mesh2d", rows=4, cols=4, link_Bps=4e12, hop_latency_s=1e-7)
     model = make_model(num_experts=16, top_k=2, hidden_size=1024, expert_ffn_size=256)
-    counts = _skewed_counts(16, 6, 2, 256, 2, seed=1)
+    counts = _skewed_counts(16, 24, 2, 256, 2, seed=1)
     tr = jax.tree_util.tree_map(lambda x: x[None], from_counts(counts, top_k=2))
     res = {}
     for invasive in (True, False):
         cfg = system.make_config(plat, model, mapping="er", tp_size=4, balancer="topology",
                                  invasive=invasive, shadow_slots=1)
-        sysm = system.build(cfg, 6)
+        sysm = system.build(cfg, 24)
         res[invasive] = engine.simulate(sysm, system.default_params(cfg, alpha=0.1), tr)
     assert float(res[True]["migrations"][0]) > 0
     assert float(res[True]["migration_s"][0]) > 0
-    assert float(res[False]["migration_s"][0]) <= float(res[True]["migration_s"][0])
-    assert float(res[False]["max_over_mean"][0]) == pytest.approx(
-        float(res[True]["max_over_mean"][0]), rel=1e-5)
+    assert float(res[False]["migrations"][0]) > 0
+    assert float(res[False]["migration_s"][0]) == 0.0  # nothing on the critical path
+    assert float(res[False]["activation_delay"][0]) >= 1.0  # replicas wait for cold capacity
+    none = system.make_config(plat, model, mapping="er", tp_size=4)
+    base = engine.simulate(system.build(none, 24), system.default_params(none), tr)
+    for r in res.values():  # either way, balancing lowers the peak device load in the end
+        last = np.asarray(r["per_iteration"]["max_over_mean"][0, -1])
+        assert last < float(base["per_iteration"]["max_over_mean"][0, -1])

@@ -18,9 +18,11 @@ layer (001 §II-B Fig. 5, §IV, §V-A):
 Attention with its all-reduce, and dispatch / experts / combine, are pipelined over
 micro-batches (PipeMoE-like, §V-A Fig. 11(e), §VI-B: the best count of `micro_batches`).
 A balancer (`balancer.py`) re-plans the shadow slots when Eq. 2 triggers; the copies move
-on a migration stream: invasive = a migration phase on the critical path; non-invasive =
-Local steps on links that are cold during the all-reduce and Global steps on links cold
-during the all-to-all (§V-A), only what neither can carry spills onto the critical path.
+on a migration stream: invasive = a migration phase on the critical path (the new replicas
+serve from the next iteration); non-invasive = Local steps on links that are cold during the
+all-reduce and Global steps on links cold during the all-to-all (§V-A), nothing on the
+critical path: the replicas go live once the cold capacity has carried them (a delay in
+iterations, `ni_delay_iterations`), and no new plan starts while one is in flight.
 """
 
 from __future__ import annotations
@@ -340,6 +342,27 @@ def non_invasive_split(cfg: WaferConfig, need, ar_loads, ar_s, a2a_loads, a2a_s)
     return local, glob, need - local - glob
 
 
+def ni_delay_iterations(cfg: WaferConfig, need, ar_loads, ar_s, a2a_loads, a2a_s):
+    """Iterations the non-invasive stream needs to move `need` [Lk] bytes (>= 1).
+
+    Each iteration offers the cold capacity of `non_invasive_split` (Local + Global steps).
+    A link on a migration route that is hot in both phases offers nothing there; the paper
+    routes around it (Local -> Global -> Local, Fig. 11(d)), which we approximate by letting
+    such a link use the spare capacity of its less loaded phase.
+    """
+    bw = jnp.asarray(cfg.topo.link_Bps, jnp.float32)
+    layers = cfg.model.num_layers
+    cold_ar = cold_links(ar_loads, cfg.cold_fraction)
+    cold_a2a = cold_links(a2a_loads, cfg.cold_fraction)
+    spare_ar = jnp.maximum(ar_s * bw - ar_loads, 0.0)
+    spare_a2a = jnp.maximum(a2a_s * bw - a2a_loads, 0.0)
+    cap = (jnp.where(cold_ar, spare_ar, 0.0) + jnp.where(cold_a2a, spare_a2a, 0.0))
+    cap = jnp.where(cold_ar | cold_a2a, cap, jnp.where(ar_loads < a2a_loads, spare_ar,
+                                                      spare_a2a)) * layers
+    ratio = jnp.where(need > 0, need / jnp.maximum(cap, 1e-30), 0.0)
+    return jnp.maximum(jnp.ceil(jnp.max(ratio)), 1.0)
+
+
 @struct.dataclass
 class WaferState:
     """Balancer state and accumulators (float32)."""
@@ -348,6 +371,8 @@ class WaferState:
     shadow: jax.Array  # [L, E, D] current shadow-slot assignment
     history: jax.Array  # [L, E] EMA of expert loads (Alg. 1 Load_e)
     since_migration: jax.Array  # iterations since the last migration (Eq. 2 dt_mig)
+    pending: jax.Array  # [L, E, D] non-invasive: shadow plan still moving on cold links
+    pending_left: jax.Array  # iterations until `pending` is in place (<= 0: none pending)
     sums: dict  # per-metric sums over iterations
     link_bytes: jax.Array  # [Lk] all-to-all bytes per link (summed)
     ar_link_bytes: jax.Array  # [Lk] all-reduce bytes per link (summed)
@@ -357,7 +382,7 @@ class WaferState:
 SCALARS = ("layer_s", "forward_s", "all_to_all_s", "all_reduce_s", "attention_s",
            "moe_compute_s", "moe_phase_s", "attention_phase_s", "avg_hops", "max_over_mean",
            "migrations", "migration_s", "migration_bytes", "spill_bytes", "micro_batches",
-           "moe_throughput", "utilization_mean", "tokens")
+           "moe_throughput", "utilization_mean", "tokens", "activation_delay")
 
 
 def build(cfg: WaferConfig, num_iterations: int) -> System:
@@ -370,8 +395,8 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         n_layers = trace.counts.shape[-2]
         z = jnp.float32(0.0)
         shadow = jnp.broadcast_to(params.shadow, (n_layers, e, d)).astype(jnp.float32)
-        return WaferState(trace, shadow, jnp.zeros((n_layers, e)), jnp.float32(1e9),
-                          {k: z for k in SCALARS}, jnp.zeros(lk), jnp.zeros(lk), z)
+        return WaferState(trace, shadow, jnp.zeros((n_layers, e)), jnp.float32(1e9), shadow,
+                          z, {k: z for k in SCALARS}, jnp.zeros(lk), jnp.zeros(lk), z)
 
     def step(params: WaferParams, state: WaferState, t):
         tr = state.trace
@@ -386,32 +411,40 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         history = jnp.where(state.iterations > 0,
                             cfg.history_decay * state.history + (1 - cfg.history_decay) * counts,
                             counts)
+        idle = state.pending_left <= 0  # no non-invasive migration still in flight
         if cfg.balancer == "none" or cfg.shadow_slots == 0:
             trigger = jnp.asarray(False)
-            new_shadow = state.shadow
+            plan_shadow = state.shadow
         else:
             trigger = bal.eq2_trigger(dev_load, state.since_migration, params.alpha,
-                                      params.beta) & (real > 0)
+                                      params.beta) & (real > 0) & idle
             planned = jax.vmap(lambda ld: bal.plan(ld, native, cfg.shadow_slots, hops,
                                                    cfg.balancer))(history)
-            new_shadow = jnp.where(trigger, jnp.clip(planned - native[None], 0.0, 1.0),
-                                   state.shadow)
-        copies = jnp.clip(new_shadow - host, 0.0, 1.0)  # replicas that must move
-        mig = migration_traffic(cfg, native, copies)
+            plan_shadow = jnp.where(trigger, jnp.clip(planned - native[None], 0.0, 1.0),
+                                    state.shadow)
+        copies = jnp.clip(plan_shadow - host, 0.0, 1.0) * trigger  # replicas that must move
+        # the trace's layers sample the model's sparse layers: each of those layers migrates
+        layer_scale = m.num_sparse_layers / copies.shape[0]
+        mig = migration_traffic(cfg, native, copies) * layer_scale
         mig_busy, mig_lat, need = phase_parts(mig, cfg.topo)
         a2a_loads = out["a2a_link_bytes"].mean(0)
         ar_loads = out["ar_link_bytes"].mean(0)
+        delay = jnp.float32(0.0)
+        spill = jnp.zeros_like(need)
         if cfg.migration_free:  # NVL72 with NVMe channels: off the network (001 §VI-D)
             mig_s = jnp.float32(0.0)
-            spill = jnp.zeros_like(need)
-        elif cfg.invasive:
+            new_shadow, pending, left = plan_shadow, state.pending, state.pending_left
+        elif cfg.invasive:  # 001 §III-C, Fig. 7(b): iterations stop while experts move
             mig_s = mig_busy + mig_lat
             spill = need
-        else:
-            _, _, spill = non_invasive_split(cfg, need, ar_loads, out["ar_busy_s"].mean(),
-                                             a2a_loads, out["a2a_busy_s"].mean())
-            spill_s = jnp.max(spill / jnp.asarray(cfg.topo.link_Bps, jnp.float32))
-            mig_s = spill_s + jnp.where(spill_s > 0, mig_lat, 0.0)
+            new_shadow, pending, left = plan_shadow, state.pending, state.pending_left
+        else:  # 001 §V-A: a background stream on cold links; replicas go live when moved
+            mig_s = jnp.float32(0.0)
+            delay = ni_delay_iterations(cfg, need, ar_loads, out["ar_busy_s"].mean(),
+                                        a2a_loads, out["a2a_busy_s"].mean())
+            pending = jnp.where(trigger, plan_shadow, state.pending)
+            left = jnp.where(trigger, delay, state.pending_left) - 1.0
+            new_shadow = jnp.where(left <= 0, pending, state.shadow)
         att_only = out["attention_phase_s"].mean()
         forward = (out["layer_s"].mean() * m.num_sparse_layers
                    + att_only * m.num_dense_layers + mig_s)
@@ -423,24 +456,26 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
             "moe_phase_s": out["moe_phase_s"].mean(),
             "attention_phase_s": out["attention_phase_s"].mean(),
             "avg_hops": out["avg_hops"].mean(), "max_over_mean": ratio.mean(),
-            "migrations": copies.sum(), "migration_s": mig_s,
+            "migrations": copies.sum() * layer_scale, "migration_s": mig_s,
             "migration_bytes": mig.sum() - jnp.trace(mig), "spill_bytes": spill.sum(),
             "micro_batches": out["micro_batches"].mean(), "moe_throughput": moe_tp,
             "utilization_mean": (out["device_compute_s"].mean(-1)
                                  / jnp.maximum(out["layer_s"], 1e-30)).mean(),
-            "tokens": counts[0].sum() / m.top_k,
+            "tokens": counts[0].sum() / m.top_k, "activation_delay": delay,
         }
         sums = {k: state.sums[k] + real * vals[k] for k in SCALARS}
         new = state.replace(
             shadow=jnp.where(real > 0, new_shadow, state.shadow),
             history=jnp.where(real > 0, history, state.history),
             since_migration=jnp.where(trigger, 0.0, state.since_migration + 1.0),
+            pending=jnp.where(real > 0, pending, state.pending),
+            pending_left=jnp.where(real > 0, left, state.pending_left),
             sums=sums,
             link_bytes=state.link_bytes + real * a2a_loads,
             ar_link_bytes=state.ar_link_bytes + real * ar_loads,
             iterations=state.iterations + real,
         )
-        per_iter = {"max_over_mean": ratio.mean(), "migrations": copies.sum(),
+        per_iter = {"max_over_mean": ratio.mean(), "migrations": copies.sum() * layer_scale,
                     "migration_s": mig_s, "forward_s": forward,
                     "device_load": dev_load.mean(0)}
         return new, per_iter
@@ -449,6 +484,8 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         n = jnp.maximum(state.iterations, 1.0)
         res = {k: v / n for k, v in state.sums.items()}
         res["migrations"] = state.sums["migrations"]
+        res["activation_delay"] = state.sums["activation_delay"] / jnp.maximum(
+            (outs["migrations"] > 0).sum(), 1.0)
         res["comm_s"] = res["all_to_all_s"] + res["all_reduce_s"]
         res["migration_ratio"] = res["migration_s"] / jnp.maximum(res["forward_s"], 1e-30)
         res["link_bytes"] = state.link_bytes / n
