@@ -8,7 +8,7 @@ from collections.abc import Callable
 from moejax.systems import ep
 from moejax.systems.amoe import policy as amoe_policy
 from moejax.systems.fsedp import hydra as fsedp_hydra
-from moejax.systems.fsedp import system as fsedp
+from moejax.systems.fsedp import system as fsedp_system
 from moejax.systems.wafer import system as wafer
 
 
@@ -37,7 +37,8 @@ SYSTEMS: dict[str, SystemEntry] = {
     "ep_serving": SystemEntry(amoe_policy.check_sync_options, amoe_policy.sync_from_policy,
                               ("gpu", "chiplet", "wafer"), False),
     # 000 FSE-DP and its Hydra baseline (chiplet packages)
-    "fsedp": SystemEntry(fsedp.check_options, fsedp.from_policy, ("chiplet",), False),
+    "fsedp": SystemEntry(fsedp_system.check_options, fsedp_system.from_policy, ("chiplet",),
+                         False),
     "hydra": SystemEntry(fsedp_hydra.check_options, fsedp_hydra.from_policy, ("chiplet",),
                          False),
 }

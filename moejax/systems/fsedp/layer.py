@@ -9,11 +9,13 @@ Model (the same rules as `reference.py`, which is a plain-Python event loop):
 * An expert is cut into M micro-slices (§IV, §IV-C). Under Rules 1-3 every micro-slice is
   computed at each die of T_e as soon as it arrives and forwarded at once (eager usage,
   Fig. 4b), then released after its last visit (Rule 3); Rule 4 loads micro-slices from
-  each die's DDR channel whenever buffer space is free. At expert granularity this is a
-  pipeline whose rate is set by its bottleneck resource: per die, compute (tokens x FLOPs
-  plus `ctrl_overhead_s` per micro-slice visit), DDR (its share W / |T_e| of the weights),
-  and D2D send (W (|T_e| - 1) / |T_e| bytes, x hops to the ring successor). Concurrent
-  experts share dies (flow fusion, §IV-B): every running expert advances at
+  each die's DDR channel whenever buffer space is free, so any die of T_e with space loads
+  the expert's next micro-slice: its DDR load is pooled over T_e (a die shared by c streams
+  serves each 1/c, re-split at every event). At expert granularity this is a pipeline
+  whose rate is set by its bottleneck resource: per die, compute (tokens x FLOPs plus
+  `ctrl_overhead_s` per micro-slice visit), DDR (its part of the pooled load), and D2D
+  send (W (|T_e| - 1) / |T_e| bytes, x hops to the ring successor). Concurrent experts
+  share dies (flow fusion, §IV-B): every running expert advances at
   1 / max over the resources it uses of the summed demand of all running experts on that
   resource, so experts sharing a bottleneck finish together ("max of sums", Fig. 6).
   A finished stream then drains for the pipeline latency P_e (first micro-slice load unless
@@ -131,6 +133,7 @@ class LayerState:
     prog: jax.Array  # [E] fraction of the stream done
     drain_end_s: jax.Array  # [E]
     dem_s: jax.Array  # [E, D, 3] seconds of each resource the whole stream needs
+    ddr_total_s: jax.Array  # [E] DDR seconds of the stream (not pre-loaded), all dies together
     pipe_s: jax.Array  # [E] drain time charged after the stream
     pre_bytes: jax.Array  # [E, D] pre-loaded weight bytes of pending experts (Rule 4)
     busy_s: jax.Array  # [D, 3] busy seconds per die and resource
@@ -150,15 +153,14 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False):
     m = jnp.asarray(m, jnp.float32)
     member, comp, ddr_even, send, drain, fill = expert_demands(cfg, m, tok)
     memf = member.astype(jnp.float32)
-    n_t = jnp.maximum(memf.sum(-1), 1.0)
-    share_bytes = memf * (w / n_t)[:, None]  # [E, D] bytes each die loads (fixed homes)
     active = member.any(-1)
     unit = unit_order(cfg, counts * active)
     uoh = jax.nn.one_hot(unit, e_n, dtype=jnp.float32)  # [E, U]; inactive -> zero row
     w_ms = w / m
     slot_bytes = SLOTS_PER_RUNNING_EXPERT * w_ms
     cap = cfg.weight_buffer_bytes
-    reserve = 2 * slot_bytes  # room kept free so a pair can always start (no deadlock)
+    # room kept free so the next unit (an expert, or a pair) can always start: no deadlock
+    reserve = (2 if cfg.paired_load else 1) * slot_bytes
     prio = unit * e_n + jnp.arange(e_n)  # pre-load order: unit, then expert id
 
     def occupancy(st):
@@ -176,7 +178,7 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False):
             frac = free / jnp.maximum(free.sum(-1, keepdims=True), 1e-30)
             ddr = frac * jnp.maximum(w - pre_tot, 0.0)[:, None] / cfg.ddr_Bps
         else:
-            ddr = jnp.maximum(share_bytes - st.pre_bytes, 0.0) / cfg.ddr_Bps
+            ddr = jnp.zeros_like(comp)  # pooled over T_e, split at every event (`step`)
         dem = jnp.stack([comp, ddr, send], axis=-1)
         pipe = drain + jnp.where(pre_tot >= w_ms, 0.0, fill)
         s = start_e[:, None, None]
@@ -184,6 +186,8 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False):
             status=jnp.where(start_e, STREAMING, st.status),
             prog=jnp.where(start_e, 0.0, st.prog),
             dem_s=jnp.where(s, dem, st.dem_s),
+            ddr_total_s=jnp.where(start_e, jnp.maximum(w - pre_tot, 0.0) / cfg.ddr_Bps,
+                                  st.ddr_total_s),
             pipe_s=jnp.where(start_e, pipe, st.pipe_s),
             pre_bytes=jnp.where(start_e[:, None], 0.0, st.pre_bytes),
         )
@@ -210,6 +214,13 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False):
         st = jax.lax.fori_loop(0, d_n, schedule_round, st)
         peak = jnp.maximum(st.peak_weight_bytes, occupancy(st))
         stream = st.status == STREAMING
+        if not cfg.rule5:
+            # Rule 4: every trajectory die with space loads the stream's next micro-slice,
+            # so its DDR load is pooled over T_e; a die shared by c streams gives each 1/c.
+            use = memf * stream[:, None]
+            inv = use / jnp.maximum(use.sum(0), 1.0)[None, :]
+            frac = inv / jnp.maximum(inv.sum(-1, keepdims=True), 1e-30)
+            st = st.replace(dem_s=st.dem_s.at[:, :, DDR].set(frac * st.ddr_total_s[:, None]))
         load = jnp.einsum("e,edk->dk", stream.astype(jnp.float32), st.dem_s)  # [D, 3]
         bott = jnp.max(jnp.where(st.dem_s > 0, load[None], 0.0), axis=(-2, -1))  # [E]
         rate = jnp.where(stream & (bott > 0), 1.0 / jnp.where(bott > 0, bott, 1.0), 0.0)
@@ -222,10 +233,12 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False):
         # next pending expert (in unit order) that still has a share to load on that die,
         # into free space beyond the slots reserved for one more starting pair.
         pend = (st.status == PENDING)[:, None]
-        cand = pend & (share_bytes - st.pre_bytes > 0)  # [E, D]
+        left_e = jnp.maximum(w - st.pre_bytes.sum(-1), 0.0)  # [E] bytes not yet on chip
+        cand = pend & member & (left_e[:, None] > 0)  # [E, D]
         key = jnp.where(cand, prio[:, None], 2 * e_n * e_n).astype(jnp.float32)
         tgt = relax.argmin_onehot(key, 0.0, axis=0) * cand.any(0)[None, :]  # [E, D]
-        want = (tgt * (share_bytes - st.pre_bytes)).sum(0)  # [D]
+        n_tgt = jnp.maximum(tgt.sum(-1), 1.0)  # dies pre-loading the same expert share it
+        want = (tgt * (left_e / n_tgt)[:, None]).sum(0)  # [D]
         room = jnp.maximum(cap - reserve - occupancy(st), 0.0)
         left = jnp.maximum(1.0 - usage[:, DDR], 0.0) * cfg.ddr_Bps * dt
         add = jnp.maximum(jnp.minimum(jnp.minimum(left, want), room), 0.0)
@@ -250,7 +263,7 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False):
     st = LayerState(
         t_s=jnp.float32(0.0),
         status=jnp.where(active, PENDING, DONE).astype(jnp.int32),
-        prog=z, drain_end_s=z, dem_s=jnp.zeros((e_n, d_n, 3)), pipe_s=z,
+        prog=z, drain_end_s=z, dem_s=jnp.zeros((e_n, d_n, 3)), ddr_total_s=z, pipe_s=z,
         pre_bytes=jnp.zeros((e_n, d_n)), busy_s=jnp.zeros((d_n, 3)),
         peak_weight_bytes=jnp.zeros(d_n), events=jnp.int32(0),
     )

@@ -50,7 +50,7 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
     w_ms = w / m
     slot = SLOTS_PER_RUNNING_EXPERT * w_ms
     cap = cfg.weight_buffer_bytes
-    reserve = 2 * slot
+    reserve = (2 if cfg.paired_load else 1) * slot
 
     # per-expert demands (layer.expert_demands)
     comp, send, share, hops = {}, {}, {}, {}
@@ -82,6 +82,7 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
     prog = [0.0] * e_n
     drain_end = [0.0] * e_n
     dem = {}
+    ddr_total = [0.0] * e_n
     pipe = [0.0] * e_n
     pre = {(e, d): 0.0 for e in range(e_n) for d in range(d_n)}
     busy = [[0.0, 0.0, 0.0] for _ in range(d_n)]
@@ -106,7 +107,8 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
             tot = sum(free)
             ddr = [free[d] / tot * max(w - pre_tot, 0.0) / cfg.ddr_Bps for d in range(d_n)]
         else:
-            ddr = [max(share[e, d] - pre[e, d], 0.0) / cfg.ddr_Bps for d in range(d_n)]
+            ddr = [0.0] * d_n  # pooled (Rule 4): split at every event below
+        ddr_total[e] = max(w - pre_tot, 0.0) / cfg.ddr_Bps
         for d in range(d_n):
             dem[e, d] = (comp[e, d], ddr[d], send[e, d])
             pre[e, d] = 0.0
@@ -142,6 +144,14 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
         occ = occupancy()
         peak = [max(peak[d], occ[d]) for d in range(d_n)]
         stream = [e for e in range(e_n) if status[e] == STREAMING]
+        if not cfg.rule5:  # Rule 4: DDR load pooled over T_e, 1/c of a die shared by c
+            users = [sum(1 for e in stream if member[e][d]) for d in range(d_n)]
+            for e in stream:
+                inv = [1.0 / users[d] if member[e][d] else 0.0 for d in range(d_n)]
+                tot = sum(inv)
+                for d in range(d_n):
+                    c, _, sd = dem[e, d]
+                    dem[e, d] = (c, inv[d] / tot * ddr_total[e], sd)
         load = [[sum(dem[e, d][k] for e in stream) for k in range(3)] for d in range(d_n)]
         bott, rate, t_end = {}, {}, math.inf
         for e in stream:
@@ -157,14 +167,18 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
                  for d in range(d_n)]
         # Rule 4: each die pre-loads the next pending expert with a share left on it
         adds = []
+        left_e = {e: max(w - sum(pre[e, d] for d in range(d_n)), 0.0) for e in range(e_n)}
+        target = {}
         for d in range(d_n):
-            cands = [e for e in range(e_n) if status[e] == PENDING and share[e, d] - pre[e, d] > 0]
-            if not cands:
-                continue
-            e = min(cands, key=lambda x: (unit[x], x))
+            cands = [e for e in range(e_n)
+                     if status[e] == PENDING and member[e][d] and left_e[e] > 0]
+            if cands:
+                target[d] = min(cands, key=lambda x: (unit[x], x))
+        for d, e in target.items():
+            n_tgt = sum(1 for x in target.values() if x == e)
             room = max(cap - reserve - occ[d], 0.0)
             left = max(1.0 - usage[d][1], 0.0) * cfg.ddr_Bps * dt
-            add = max(min(left, share[e, d] - pre[e, d], room), 0.0)
+            add = max(min(left, left_e[e] / n_tgt, room), 0.0)
             adds.append((e, d, add))
         for e, d, add in adds:
             pre[e, d] += add
