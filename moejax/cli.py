@@ -198,6 +198,15 @@ def _reproduce(args) -> int:
     return 0
 
 
+def _tune(args) -> int:
+    from moejax.tune import TuneConfig, tune
+    from moejax.tune.cli import config_from_args, finish
+
+    cfg = config_from_args(TuneConfig, args)
+    res = tune(cfg, args.out, resume=args.resume, progress=not args.quiet)
+    return finish(args, cfg, res)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="moejax", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -260,6 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_import_parser(tsub, _positive_int)
     add_fit_parser(tsub)
     t.set_defaults(fn=_trace)
+
+    from moejax.tune.cli import add_tune_parser
+
+    add_tune_parser(sub, _positive_int).set_defaults(fn=_tune)
     return p
 
 

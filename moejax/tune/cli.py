@@ -1,0 +1,87 @@
+"""The `moejax tune` subcommand: arguments, and the summary table printed at the end.
+
+Kept here (imported lazily by moejax.cli) so the tuning options live beside `TuneConfig`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from moejax.errors import ConfigError
+
+
+def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
+    u = sub.add_parser("tune", help="tune a system's parameters by gradient descent (optax), "
+                       "with orbax checkpoints")
+    u.add_argument("--system", default="ep", help="policy system key (tunable: ep)")
+    u.add_argument("--hardware", default="chiplet-2x2")
+    u.add_argument("--model", default="qwen3-30b-a3b")
+    u.add_argument("--policy", default="", help="base policy (default: the system's own)")
+    u.add_argument("--param", default="placement", help="comma-separated parameter names")
+    u.add_argument("--steps", type=positive_int, default=200)
+    u.add_argument("--traces", type=positive_int, default=64, help="training traces")
+    u.add_argument("--batch", type=positive_int, default=16, help="traces per step")
+    u.add_argument("--eval-traces", type=positive_int, default=256, help="held-out traces")
+    u.add_argument("--trace-gen", default="powerlaw:alpha=1.2",
+                   help="generator spec of the (fixed) popularity")
+    u.add_argument("--tokens", type=positive_int, default=64, help="tokens per iteration")
+    u.add_argument("--iterations", type=positive_int, default=2)
+    u.add_argument("--layers", type=positive_int, default=1)
+    u.add_argument("--seed", type=int, default=0)
+    u.add_argument("--lr", type=float, default=0.1)
+    u.add_argument("--warmup", type=int, default=10)
+    u.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip")
+    u.add_argument("--tau-start", type=float, default=1.0)
+    u.add_argument("--tau-end", type=float, default=0.05)
+    u.add_argument("--sim-tau-scale", type=float, default=1.0)
+    u.add_argument("--loss", default="mean", help="mean | p99 | throughput")
+    u.add_argument("--init", default="default", help="default | greedy | random")
+    u.add_argument("--relaxation", default="expected", help="expected | system")
+    u.add_argument("--capacity", type=int, default=0, help="experts per device (0: E/D)")
+    u.add_argument("--every", type=positive_int, default=50, help="checkpoint every N steps")
+    u.add_argument("--keep", type=positive_int, default=3, help="checkpoints kept")
+    u.add_argument("--out", required=True, help="checkpoint folder, e.g. checkpoints/NAME")
+    u.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    u.add_argument("--export", help="write the tuned policy TOML here (policies/NAME.toml)")
+    u.add_argument("--quiet", action="store_true", help="no progress bar")
+    return u
+
+
+def config_from_args(cls, args):
+    params = tuple(p.strip() for p in args.param.split(",") if p.strip())
+    if not params:
+        raise ConfigError("--param: give at least one parameter name")
+    return cls(system=args.system, hardware=args.hardware, model=args.model,
+               policy=args.policy, params=params, steps=args.steps, traces=args.traces,
+               batch=args.batch, eval_traces=args.eval_traces, trace_gen=args.trace_gen,
+               tokens=args.tokens, iterations=args.iterations, layers=args.layers,
+               seed=args.seed, lr=args.lr, warmup=args.warmup, clip=args.clip,
+               tau_start=args.tau_start, tau_end=args.tau_end,
+               sim_tau_scale=args.sim_tau_scale, loss=args.loss, every=args.every,
+               keep=args.keep, init=args.init, relaxation=args.relaxation,
+               capacity=args.capacity)
+
+
+def finish(args, cfg, res) -> int:
+    """Print the hard-mode held-out table; export the policy if asked."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{cfg.system} {', '.join(cfg.params)} on {cfg.hardware}, {cfg.model}: "
+                    f"held-out, hard mode ({cfg.eval_traces} traces)")
+    for c in ("values", "latency mean ms", "p99 ms", "max/mean device load"):
+        t.add_column(c, justify="right")
+    for name, s in res.evaluation.items():
+        ratio = s.get("max_load_ratio_mean")
+        t.add_row(name, f"{s['latency_ms']['mean']:.5g}", f"{s['latency_ms']['p99']:.5g}",
+                  "" if ratio is None else f"{ratio:.3f}")
+    Console().print(t)
+    print(f"checkpoints in {args.out} (step {res.step}); summary in {args.out}/summary.json")
+    if args.export:
+        from moejax.tune import export
+        from moejax.tune.loop import build_problem
+
+        path = export.write_policy(args.export, build_problem(cfg, traces=False), res.hard,
+                                   res.step)
+        print(f"wrote policy {path}")
+    return 0

@@ -1,0 +1,66 @@
+"""Write tuned hard values as a named policy TOML that `moejax simulate --policy` reads.
+
+The file is the base policy (system, [options]) with the tuned options replaced, and a
+header saying where the values come from. It is a pure function of the base policy, the
+run spec and the hard values (no time stamps), so exporting a restored checkpoint gives the
+same bytes as exporting at the end of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from moejax.errors import ConfigError
+from moejax.results import atomic_write_text
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ConfigError(f"export: cannot write non-finite value {v!r}")
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise ConfigError(f"export: cannot write {type(v).__name__} value {v!r} to TOML")
+
+
+def policy_text(base, overrides: dict, run: dict, step: int, description: str = "") -> str:
+    """TOML text of the tuned policy: `base` (a moejax.policies.Policy) with `overrides`."""
+    options = dict(base.options)
+    options.update(overrides)
+    params = ", ".join(run.get("params", []))
+    desc = description or (f"{base.system} tuned ({params}) for {run.get('model')} on "
+                           f"{run.get('hardware')}")
+    lines = [
+        f"# Tuned by `moejax tune` (moejax.tune): {params} of policy {base.name!r},",
+        f"# {run.get('steps')} steps on {run.get('traces')} traces of {run.get('trace_gen')}, "
+        f"{run.get('tokens')} tokens x {run.get('iterations')} iterations x "
+        f"{run.get('layers')} layers, seed {run.get('seed')}, loss {run.get('loss')}; "
+        f"checkpoint step {step}.",
+        f"system = {_toml_value(base.system)}",
+        f"description = {_toml_value(desc)}",
+        f"source = {_toml_value('moejax tune; base: ' + base.source)}",
+        "",
+        "[options]",
+    ]
+    lines += [f"{k} = {_toml_value(options[k])}" for k in sorted(options)]
+    return "\n".join(lines) + "\n"
+
+
+def write_policy(path: str | Path, prob, hard: dict, step: int, description: str = "") -> Path:
+    """Export hard values of a tuning `Problem` to `path` (atomic); returns the path."""
+    path = Path(path)
+    if path.suffix != ".toml":
+        raise ConfigError(f"export: {path} must end in .toml")
+    text = policy_text(prob.policy, prob.setup.options(hard), prob.cfg.spec(), step,
+                       description)
+    atomic_write_text(path, text)
+    return path

@@ -1,0 +1,372 @@
+"""`tune`: an optax loop over relaxed simulations, with orbax checkpoints and hard evaluation.
+
+Each step simulates a batch of training traces with every tuned family relaxed at the
+scheduled temperature (DESIGN.md layer 5: the same step functions, `tau > 0`), takes the
+gradient of the loss (mean or p99 latency, or negative throughput, plus constraint
+penalties) with respect to the raw parameters, clips it by global norm and applies adam with
+a warm-up + cosine learning-rate schedule. The temperature anneals geometrically from
+`tau_start` to `tau_end`. Every `every` steps (and at the end) the raw parameters, the
+optimizer state and the loss history go to an orbax checkpoint; `resume=True` continues
+from the latest one and reaches the same result as an uninterrupted run (batches and
+temperatures are functions of the step index). The end result is rounded to hard values and
+evaluated in hard mode (`tau = 0`) on held-out traces that share the training popularity,
+beside the policy's default and the baseline heuristics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from moejax import engine
+from moejax.errors import CheckpointError, ConfigError
+from moejax.tune import checkpoint as ck
+from moejax.tune import targets
+from moejax.tune.traces import fixed_popularity, sample_from_popularity
+
+LOSSES = ("mean", "p99", "throughput")
+RELAXATIONS = ("expected", "system")
+INITS = ("default", "greedy", "random")
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneConfig:
+    """Everything that defines a tuning run (saved in each checkpoint; resuming needs the
+    same values). Names refer to the catalogs; `policy` "" means the system's own name."""
+
+    system: str = "ep"
+    hardware: str = "chiplet-2x2"
+    model: str = "qwen3-30b-a3b"
+    policy: str = ""
+    params: tuple[str, ...] = ("placement",)
+    steps: int = 200
+    traces: int = 64  # training traces (pool the batches are drawn from)
+    batch: int = 16  # traces per step
+    eval_traces: int = 256  # held-out traces
+    trace_gen: str = "powerlaw:alpha=1.2"
+    tokens: int = 64  # tokens per iteration
+    iterations: int = 2
+    layers: int = 1  # one popularity per layer; EP's placement is shared by all layers
+    seed: int = 0
+    lr: float = 0.1
+    warmup: int = 10
+    clip: float = 1.0
+    tau_start: float = 1.0
+    tau_end: float = 0.05
+    sim_tau_scale: float = 1.0  # system temperature = sim_tau_scale * family temperature
+    loss: str = "mean"
+    every: int = 50  # checkpoint interval, steps
+    keep: int = 3
+    init: str = "default"
+    relaxation: str = "expected"  # expected: the target's expected-cost form; system: its own
+    capacity: int = 0  # experts per device (0: ceil(E / D))
+
+    def __post_init__(self):
+        if self.loss not in LOSSES:
+            raise ConfigError(f"loss = {self.loss!r}; allowed: {', '.join(LOSSES)}")
+        if self.relaxation not in RELAXATIONS:
+            raise ConfigError(f"relaxation = {self.relaxation!r}; allowed: "
+                              f"{', '.join(RELAXATIONS)}")
+        if self.init not in INITS:
+            raise ConfigError(f"init = {self.init!r}; allowed: {', '.join(INITS)}")
+        for k in ("steps", "traces", "batch", "eval_traces", "tokens", "iterations", "layers",
+                  "every", "keep"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{k} = {v!r}; allowed: an integer >= 1")
+        if self.batch > self.traces:
+            raise ConfigError(f"batch = {self.batch}; allowed: <= traces = {self.traces}")
+        if not (self.lr > 0 and self.clip > 0 and 0 < self.tau_end <= self.tau_start):
+            raise ConfigError("lr, clip > 0 and 0 < tau_end <= tau_start required; got "
+                              f"lr={self.lr}, clip={self.clip}, tau_start={self.tau_start}, "
+                              f"tau_end={self.tau_end}")
+        object.__setattr__(self, "params", tuple(self.params))
+
+    def spec(self) -> dict:
+        """JSON form (what a checkpoint records)."""
+        d = dataclasses.asdict(self)
+        d["params"] = list(self.params)
+        return d
+
+    @classmethod
+    def from_spec(cls, d: dict) -> TuneConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise CheckpointError(f"run spec has unknown fields {unknown}")
+        return cls(**{**d, "params": tuple(d.get("params", ()))})
+
+
+@dataclasses.dataclass(eq=False)
+class Problem:
+    """A built run: the system setup, its train / held-out traces, the optimizer."""
+
+    cfg: TuneConfig
+    setup: targets.Setup
+    train: object
+    heldout: object
+    load_e: np.ndarray
+    optimizer: optax.GradientTransformation
+    policy: object
+
+
+def tau_at(cfg: TuneConfig, step):
+    """Temperature of update `step` (0-based): geometric from tau_start to tau_end."""
+    frac = jnp.minimum(jnp.asarray(step, jnp.float32) / max(cfg.steps - 1, 1), 1.0)
+    return cfg.tau_start * (cfg.tau_end / cfg.tau_start) ** frac
+
+
+@functools.lru_cache(maxsize=8)
+def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
+    """Resolve names, build the system setup, draw the traces, make the optimizer.
+
+    Cached per config (a frozen dataclass), so runs of one config (a resume, an export)
+    share the traces and the compiled update and simulation."""
+    from moejax import api
+
+    s = api.resolve(cfg.hardware, cfg.model, cfg.policy or cfg.system)
+    if s.policy.system != cfg.system:
+        raise ConfigError(f"policy {s.policy.name!r} is for system {s.policy.system!r}, "
+                          f"not --system {cfg.system!r}")
+    setup = targets.build_setup(s.policy, s.platform, s.model, cfg.iterations, cfg.params,
+                                cfg.capacity)
+    train = heldout = None
+    load_e = np.ones(s.model.num_experts)
+    if traces:
+        k_pop, k_train, k_eval = jax.random.split(jax.random.key(cfg.seed), 3)
+        pop = fixed_popularity(cfg.trace_gen, k_pop, iterations=cfg.iterations,
+                               layers=cfg.layers, num_experts=s.model.num_experts)
+        kw = dict(tokens=cfg.tokens, top_k=s.model.top_k)
+        train = sample_from_popularity(pop, k_train, num_traces=cfg.traces, **kw)
+        heldout = sample_from_popularity(pop, k_eval, num_traces=cfg.eval_traces, **kw)
+        load_e = np.asarray(train.counts.mean(axis=(0, 1, 2)))
+    sched = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, min(cfg.warmup, cfg.steps),
+                                               max(cfg.steps, cfg.warmup + 1), cfg.lr * 0.05)
+    opt = optax.chain(optax.clip_by_global_norm(cfg.clip), optax.adam(sched))
+    return Problem(cfg, setup, train, heldout, load_e, opt, s.policy)
+
+
+def initial_raw(prob: Problem) -> dict:
+    """Raw parameters at step 0, from the policy default, the greedy heuristic or noise."""
+    cfg, setup = prob.cfg, prob.setup
+    keys = jax.random.split(jax.random.fold_in(jax.random.key(cfg.seed), 1), len(setup.families))
+    greedy = setup.baselines(prob.load_e).get("greedy-balanced", {})
+    raw = {}
+    for key, (name, f) in zip(keys, setup.families.items(), strict=True):
+        start = {"default": setup.defaults.get(name), "greedy": greedy.get(name),
+                 "random": None}[cfg.init]
+        if start is not None and hasattr(f, "one_hot"):
+            start = f.one_hot(start)
+        raw[name] = f.init(key, start)
+    return raw
+
+
+def relaxed_values(setup: targets.Setup, raw: dict, tau) -> dict:
+    return {k: f.relaxed(raw[k], tau) for k, f in setup.families.items()}
+
+
+def hard_values(prob: Problem, raw: dict) -> dict:
+    """Valid discrete values of the raw parameters (rounded at the final temperature)."""
+    tau = float(prob.cfg.tau_end)
+    return {k: f.hard(raw[k], tau) for k, f in prob.setup.families.items()}
+
+
+def reduce_loss(kind: str, out: dict):
+    """Scalar loss from per-trace metrics: ms of latency, or -k tokens/s."""
+    if kind == "mean":
+        return out["latency_s"].mean() * 1e3
+    if kind == "p99":
+        return jnp.quantile(out["latency_s"], 0.99) * 1e3
+    return -out["tokens_per_s"].mean() / 1e3
+
+
+def make_objective(prob: Problem):
+    """loss(raw, traces, tau) of the relaxed system on a batch of traces, plus penalties."""
+    setup, kind = prob.setup, prob.cfg.loss
+    expected = prob.cfg.relaxation == "expected" and setup.expected is not None
+    if expected and kind == "throughput":
+        raise ConfigError("loss = 'throughput' needs relaxation = 'system' (the expected "
+                          "form gives MoE-layer latency only)")
+
+    def objective(raw, traces, tau):
+        values = relaxed_values(setup, raw, tau)
+        sim_tau = tau * prob.cfg.sim_tau_scale
+        if expected:
+            out = {"latency_s": setup.expected(values, traces, sim_tau)}
+        else:
+            params = setup.apply(setup.base, values, sim_tau)
+            keys = jax.random.split(jax.random.key(0), engine.batch_size(traces))
+            out = jax.vmap(lambda tr, k: engine.run_one(setup.system, params, tr, k))(
+                traces, keys)
+        pen = sum(f.penalty(values[k]) for k, f in setup.families.items())
+        return reduce_loss(kind, out) + pen
+
+    return objective
+
+
+@functools.lru_cache(maxsize=8)
+def make_update(prob: Problem):
+    objective = make_objective(prob)
+    opt, cfg, train = prob.optimizer, prob.cfg, prob.train
+    k_batch = jax.random.fold_in(jax.random.key(cfg.seed), 2)
+
+    @jax.jit
+    def update(raw, opt_state, step):
+        idx = jax.random.permutation(jax.random.fold_in(k_batch, step), cfg.traces)[:cfg.batch]
+        batch = jax.tree_util.tree_map(lambda x: x[idx], train)
+        tau = tau_at(cfg, step)
+        loss, grads = jax.value_and_grad(objective)(raw, batch, tau)
+        updates, opt_state = opt.update(grads, opt_state, raw)
+        return optax.apply_updates(raw, updates), opt_state, loss, optax.tree.norm(grads)
+
+    return update
+
+
+@dataclasses.dataclass
+class TuneResult:
+    raw: dict
+    hard: dict
+    history: list
+    evaluation: dict
+    step: int
+
+
+def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bool = True,
+         callback=None, evaluate_heldout: bool = True) -> TuneResult:
+    """Run (or resume) a tuning run into checkpoint folder `out`; see the module docstring.
+
+    callback(step, loss) is called after each update (a test may raise from it to
+    interrupt the run). Without `resume`, a folder that already holds checkpoints is an
+    error (nothing is overwritten).
+    """
+    prob = build_problem(cfg)
+    raw = initial_raw(prob)
+    opt_state = prob.optimizer.init(raw)
+    mgr = ck.Checkpoints(out, every=cfg.every, keep=cfg.keep)
+    step, history = 0, []
+    if mgr.latest_step() is not None:
+        if not resume:
+            raise CheckpointError(f"{out}: already holds checkpoints (step "
+                                  f"{mgr.latest_step()}); pass --resume or another --out")
+        saved, meta, step = mgr.restore(ck.flatten_state(raw, opt_state))
+        ck.check_same_run(meta, cfg.spec(), str(out))
+        raw, opt_state = ck.unflatten_state(saved, opt_state)
+        history = list(meta.get("history", []))[:step]
+    update = make_update(prob)
+    with _bar(progress, cfg.steps, step) as advance:
+        while step < cfg.steps:
+            raw, opt_state, loss, gnorm = update(raw, opt_state, jnp.int32(step))
+            step += 1
+            history.append(float(loss))
+            if step % cfg.every == 0 or step == cfg.steps:
+                mgr.save(step, ck.flatten_state(raw, opt_state),
+                         {"run": cfg.spec(), "history": history}, force=True)
+            advance(float(loss), float(tau_at(cfg, step - 1)), float(gnorm))
+            if callback is not None:
+                callback(step, float(loss))
+    mgr.close()
+    hard = hard_values(prob, raw)
+    evaluation = evaluate(prob, hard) if evaluate_heldout else {}
+    if evaluate_heldout:
+        from moejax.results import atomic_write_json
+
+        atomic_write_json(Path(out) / "summary.json",
+                          {"run": cfg.spec(), "step": step, "final_loss": history[-1],
+                           "evaluation": evaluation})
+    return TuneResult(raw, hard, history, evaluation, step)
+
+
+def restore(out: str | Path, step: int | None = None) -> tuple[Problem, TuneResult]:
+    """(problem, result without evaluation) from a checkpoint folder, e.g. to export."""
+    mgr = ck.Checkpoints(out, read_only=True)
+    latest = mgr.latest_step() if step is None else step
+    if latest is None:
+        raise CheckpointError(f"{out}: holds no checkpoint")
+    cfg = TuneConfig.from_spec(mgr.read_meta(latest)["run"])
+    prob = build_problem(cfg, traces=False)
+    raw0 = initial_raw(prob)
+    saved, meta, got = mgr.restore(ck.flatten_state(raw0, prob.optimizer.init(raw0)), latest)
+    raw, _ = ck.unflatten_state(saved, prob.optimizer.init(raw0))
+    mgr.close()
+    return prob, TuneResult(raw, hard_values(prob, raw), list(meta.get("history", [])), {}, got)
+
+
+# --- hard-mode evaluation ------------------------------------------------------------------
+
+
+def evaluate_values(prob: Problem, hard: dict, traces=None) -> dict:
+    """Hard-mode (tau = 0) metrics of hard values on held-out traces: per-trace latency
+    (s) and, for placements, the max / mean device load ratio per trace."""
+    setup = prob.setup
+    traces = prob.heldout if traces is None else traces
+    params = setup.apply(setup.base, setup.as_values(hard), jnp.float32(0.0))
+    out = engine.simulate(setup.system, params, traces)
+    res = {"latency_s": np.asarray(out["latency_s"]),
+           "tokens_per_s": np.asarray(out["tokens_per_s"])}
+    if "placement" in hard:
+        place = np.eye(setup.families["placement"].num_devices)[np.asarray(hard["placement"])]
+        load = np.asarray(traces.counts) @ place  # [T, I, L, D]
+        ratio = load.max(-1) / np.maximum(load.mean(-1), 1e-9)
+        res["max_load_ratio"] = ratio.mean(axis=(1, 2))
+    return res
+
+
+def summarize(res: dict) -> dict:
+    s = {"latency_ms": {k: v * 1e3 for k, v in engine.percentile_summary(res["latency_s"])
+                        .items()},
+         "tokens_per_s_mean": float(res["tokens_per_s"].mean())}
+    if "max_load_ratio" in res:
+        s["max_load_ratio_mean"] = float(res["max_load_ratio"].mean())
+    return s
+
+
+def evaluate(prob: Problem, hard: dict) -> dict:
+    """Summaries of the tuned values, the policy default and each baseline heuristic."""
+    rows = {"tuned": hard, "default": dict(prob.setup.defaults)}
+    rows.update(prob.setup.baselines(prob.load_e))
+    out = {}
+    for name, values in rows.items():
+        values = {k: v for k, v in values.items() if k in prob.setup.families}
+        out[name] = summarize(evaluate_values(prob, {**hard, **values}))
+    return out
+
+
+class _bar:
+    """A rich progress bar showing loss, temperature and gradient norm (or nothing)."""
+
+    def __init__(self, show: bool, total: int, done: int):
+        self.show, self.total, self.done = show, total, done
+
+    def __enter__(self):
+        if not self.show:
+            return lambda *a: None
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(TextColumn("tuning"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("loss {task.fields[loss]}"),
+                            TextColumn("tau {task.fields[tau]}"),
+                            TextColumn("|g| {task.fields[g]}"),
+                            TimeElapsedColumn(), TimeRemainingColumn())
+        self.bar.__enter__()
+        task = self.bar.add_task("tune", total=self.total, completed=self.done,
+                                 loss="-", tau="-", g="-")
+        return lambda loss, tau, g: self.bar.update(task, advance=1, loss=f"{loss:.5g}",
+                                                    tau=f"{tau:.3g}", g=f"{g:.3g}")
+
+    def __exit__(self, *exc):
+        if self.show:
+            self.bar.__exit__(*exc)
+        return False

@@ -1,0 +1,157 @@
+"""What each system exposes to tuning: its parameter families and how values enter params.
+
+A `Target` builds, from a platform, a model and a base policy, a `Setup`: the system, its
+base params, the tunable families by name, how to put (relaxed or hard) values into the
+params at a temperature, the paper's default values, baseline heuristics, and how hard
+values become policy options (for `export`). `TARGETS` maps a policy `system` key to its
+target; systems without an entry cannot be tuned yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from moejax import relax
+from moejax.engine import System
+from moejax.errors import ConfigError, UnknownNameError
+from moejax.tune import params as fam
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Setup:
+    """One system ready to tune.
+
+    families: name -> family (`moejax.tune.params`).
+    apply(base, values, tau) -> params: `values` name -> array (relaxed, or `as_value` of
+      a hard value); tau: the system's relaxation temperature (0 = hard mode).
+    defaults: name -> hard value of the base policy (the paper's default).
+    baselines(load_e) -> {heuristic name: {name: hard value}}; load_e [E] expected tokens.
+    options(hard) -> policy [options] overrides for `export`.
+    expected(values, traces, tau) -> per-trace latency_s [T], or None: the system's
+      latency with placements read as distributions (expected per-device work), equal to
+      the system's own latency in hard mode for one-hot placements (see `_ep_expected`).
+    """
+
+    system: System
+    base: object
+    families: dict
+    apply: Callable
+    defaults: dict
+    baselines: Callable
+    options: Callable
+    expected: Callable | None = None
+
+    def as_values(self, hard: dict) -> dict:
+        """Hard values as the arrays `apply` takes."""
+        out = {}
+        for k, v in hard.items():
+            f = self.families[k]
+            out[k] = f.one_hot(v) if isinstance(f, fam.Placement) else jnp.float32(v)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    system: str
+    params: tuple[str, ...]
+    build: Callable  # (platform, model, policy, num_iterations, names, capacity) -> Setup
+
+
+def _ep_setup(platform, model, policy, num_iterations, names, capacity=0) -> Setup:
+    """Synchronous EP (moejax.systems.ep): placement [E, D] one expert per row (no replicas,
+    the policy format's `placement = [device id per expert]`), at most `capacity` experts
+    per device (default: ceil(E / D), the memory EP sizes each device for)."""
+    from moejax.systems import ep
+
+    system, base = ep.from_policy(platform, model, policy.options_table(), num_iterations)
+    e, d = model.num_experts, platform.num_devices
+    cap = capacity or -(-e // d)
+    placement = fam.Placement(e, d, cap)
+    families = {"placement": placement}
+    default_ids = np.asarray(base.placement).argmax(-1)
+
+    def apply(base, values, tau):
+        return base.replace(placement=values.get("placement", base.placement),
+                            tau=jnp.asarray(tau, jnp.float32))
+
+    def baselines(load_e):
+        return {
+            "contiguous": {"placement": fam.contiguous_ids(e, d)},
+            "round-robin": {"placement": fam.round_robin_ids(e, d)},
+            "greedy-balanced": {"placement": fam.greedy_balanced_ids(load_e, d, cap)},
+        }
+
+    def options(hard):
+        return {"placement": [int(x) for x in hard["placement"]]}
+
+    opts = {k: v for k, v in dict(policy.options).items()
+            if k in ("attention", "tp_size", "context_len")}
+    cfg = ep.make_config(platform, model, **opts)
+    return Setup(system, base, {k: families[k] for k in names}, apply,
+                 {"placement": default_ids}, baselines, options,
+                 functools.partial(_ep_expected, cfg, base))
+
+
+def _ep_expected(cfg, base, values, traces, tau):
+    """Mean MoE-layer latency per trace [T] of synchronous EP, the placement [E, D] read as a
+    distribution over devices (each expert on one device; rows are probabilities).
+
+    EP's own relaxed mode reads a fractional placement as replicas that split an expert's
+    tokens (each replica pays a weight load), which makes any spread cost more than a move
+    and pins a tuned placement to its start. Here device d's expert time is the expectation
+    sum_e P[e, d] * w_e, with w_e = EP's hard time of expert e with all its tokens
+    (`ep.expert_time_s` on a diagonal), and the dispatch / combine traffic is EP's own
+    (`ep.layer_demand`, linear in P); the slowest device and the all-to-all use EP's rules
+    at temperature tau. For a one-hot P this equals `ep.moe_layer` in hard mode (tested).
+    """
+    from moejax.physics import collectives
+    from moejax.systems import ep
+
+    params = base.replace(placement=values["placement"], tau=jnp.asarray(tau, jnp.float32))
+    tau_s = params.tau * ep.time_scale_s(cfg)
+
+    def layer(ids, mask, counts):
+        traffic, _ = ep.layer_demand(cfg, params, ids, mask, counts)
+        w_e, _ = ep.expert_time_s(cfg, jnp.diag(counts), 0.0)  # [E] hard, all tokens
+        n_tok = counts.sum() / cfg.model.top_k
+        t_sh, _ = ep.shared_time_s(cfg, ep.owned_tokens(cfg, mask, n_tok), tau_s)
+        busy = params.placement.T @ w_e + t_sh
+        return (collectives.all_to_all_time_s(traffic, cfg.topo, tau_s)
+                + relax.max(busy, tau_s)
+                + collectives.all_to_all_time_s(traffic.T, cfg.topo, tau_s))
+
+    def one_trace(tr):
+        def iteration(ids, mask, counts):  # [L, N, K], [N], [L, E]
+            lat = jax.vmap(lambda i, c: layer(i, mask, c))(ids, counts).mean()
+            return lat, (counts[0].sum() > 0).astype(jnp.float32)
+
+        lat, real = jax.vmap(iteration)(tr.expert_ids, tr.token_mask, tr.counts)
+        return (lat * real).sum() / jnp.maximum(real.sum(), 1.0)
+
+    return jax.vmap(one_trace)(traces)
+
+
+TARGETS: dict[str, Target] = {
+    "ep": Target("ep", ("placement",), _ep_setup),
+}
+
+
+def build_setup(policy, platform, model, num_iterations: int, names, capacity: int = 0):
+    """The Setup of `policy`'s system; errors name unknown systems or parameters."""
+    if policy.system not in TARGETS:
+        raise UnknownNameError("tunable system", policy.system, TARGETS)
+    target = TARGETS[policy.system]
+    names = tuple(names)
+    if not names:
+        raise ConfigError(f"param: give at least one; allowed for {target.system}: "
+                          f"{', '.join(target.params)}")
+    for n in names:
+        if n not in target.params:
+            raise UnknownNameError(f"{target.system} parameter", n, target.params)
+    return target.build(platform, model, policy, num_iterations, names, capacity)

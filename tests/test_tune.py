@@ -1,0 +1,253 @@
+"""moejax.tune: gradients vs finite differences, relaxed -> hard, rounding, resume, errors,
+export -> simulate round trip."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+from moejax import api, engine
+from moejax.cli import main
+from moejax.errors import CheckpointError, ConfigError, UnknownNameError
+from moejax.policies import load_policy
+from moejax.tune import TuneConfig, export, restore, tune
+from moejax.tune import loop as tl
+from moejax.tune import params as fam
+from moejax.tune.traces import fixed_popularity, sample_from_popularity
+
+SMALL = dict(system="ep", hardware="chiplet-2x2", model="phi-3.5-moe", steps=6, traces=8,
+             batch=4, eval_traces=8, tokens=16, iterations=2, layers=1, every=2, lr=0.2,
+             warmup=2, trace_gen="powerlaw:alpha=1.5")
+
+
+@pytest.fixture(scope="module")
+def prob():
+    return tl.build_problem(TuneConfig(**SMALL))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tune") / "run"
+    return out, tune(TuneConfig(**SMALL), out, progress=False)
+
+
+# --- gradients -----------------------------------------------------------------------------
+
+
+def test_placement_gradient_matches_finite_differences(prob):
+    objective = tl.make_objective(prob)
+    batch = jax.tree_util.tree_map(lambda x: x[:2], prob.train)
+    raw0 = tl.initial_raw(prob)["placement"] * 0.3
+    with jax.enable_x64(True):
+        f = jax.jit(lambda r: objective({"placement": r}, batch, 0.5))
+        check_grads(f, (raw0.astype(jnp.float64),), order=1, modes=["rev"], eps=1e-4,
+                    atol=2e-3, rtol=2e-3)
+
+
+def test_integer_knob_gradient_matches_finite_differences():
+    knob = fam.IntegerKnob("micro_slices", 1, 16)
+
+    def cost(raw):  # a micro-slice-like trade-off: pipelining gain vs per-slice overhead
+        n = knob.relaxed(raw, 0.5)
+        return fam.interpolate(lambda k: 8.0 / k + 0.7 * k, n, 0.5)
+
+    check_grads(cost, (jnp.float32(0.3),), order=1, modes=["rev"], eps=1e-3, rtol=2e-2)
+    # hard mode: the integer cost at the rounded value
+    raw = knob.init(None, 5)
+    assert knob.hard(raw) == 5
+    assert float(fam.interpolate(lambda k: 8.0 / k + 0.7 * k, knob.relaxed(raw, 0.0), 0.0)) \
+        == pytest.approx(8.0 / 5 + 3.5)
+
+
+def test_threshold_gradient_matches_finite_differences():
+    th = fam.Threshold("theta_min", 0.0, 64.0)
+    x = jnp.linspace(0.0, 64.0, 17)
+    w = jnp.cos(x)
+
+    def cost(raw):  # gated cost of buffering queues above the threshold
+        return (fam.gate(x, th.relaxed(raw, 1.0), 4.0) * w).sum()
+
+    check_grads(cost, (jnp.float32(-0.2),), order=1, modes=["rev"], eps=1e-3, rtol=2e-2)
+    theta = th.relaxed(th.init(None, 20.0), 0.0)
+    np.testing.assert_array_equal(np.asarray(fam.gate(x, theta, 0.0)),
+                                  (np.asarray(x) > float(theta)).astype(np.float32))
+
+
+# --- relaxed -> hard ---------------------------------------------------------------------
+
+
+def test_relaxed_objective_tends_to_hard_as_tau_goes_to_zero(prob):
+    objective = jax.jit(tl.make_objective(prob))
+    f = prob.setup.families["placement"]
+    ids = fam.greedy_balanced_ids(prob.load_e, f.num_devices, f.capacity)
+    raw = {"placement": 2.0 * f.one_hot(ids)}
+    hard = tl.evaluate_values(prob, {"placement": ids})["latency_s"].mean() * 1e3
+    taus = (1.0, 0.1, 0.01, 1e-3, 1e-4, 1e-5)
+    errs = [abs(float(objective(raw, prob.heldout, tau)) - hard) for tau in taus]
+    assert errs[0] > 10 * errs[-1]
+    assert all(b <= a * 1.0001 + 1e-6 for a, b in zip(errs, errs[1:], strict=False)), errs
+    assert errs[-1] < 1e-4 * hard
+    assert tl.hard_values(prob, raw)["placement"].tolist() == ids.tolist()
+
+
+def test_expected_form_equals_the_system_in_hard_mode(prob):
+    f = prob.setup.families["placement"]
+    expected = jax.jit(lambda p: prob.setup.expected({"placement": p}, prob.heldout, 0.0))
+    for ids in (fam.contiguous_ids(16, 4), fam.greedy_balanced_ids(prob.load_e, 4, 4)):
+        lat = expected(f.one_hot(ids))
+        ref = tl.evaluate_values(prob, {"placement": ids})["latency_s"]
+        np.testing.assert_allclose(np.asarray(lat), ref, rtol=1e-6)
+
+
+def test_relaxed_placement_is_a_plan_within_capacity():
+    f = fam.Placement(10, 4, 3)  # slack: 12 slots for 10 experts
+    p = f.relaxed(jax.random.normal(jax.random.key(0), (10, 4)), 0.3)
+    np.testing.assert_allclose(np.asarray(p.sum(1)), 1.0, atol=1e-4)
+    assert float(p.sum(0).max()) <= 3.0 + 1e-3
+    assert float(f.penalty(p)) < 1e-3
+
+
+@pytest.mark.parametrize("e,d,cap", [(16, 4, 4), (10, 4, 3), (7, 2, 6)])
+def test_hard_rounding_is_a_valid_placement(e, d, cap):
+    f = fam.Placement(e, d, cap)
+    for seed in range(3):
+        ids = f.hard(3.0 * jax.random.normal(jax.random.key(seed), (e, d)), 0.1)
+        f.check(ids)
+        assert np.bincount(ids, minlength=d).max() <= cap
+
+
+def test_placement_errors_name_the_limit():
+    with pytest.raises(ConfigError, match="capacity"):
+        fam.Placement(16, 4, 3)
+    with pytest.raises(ConfigError, match="holds 5 experts"):
+        fam.Placement(8, 2, 4).check(np.array([0, 0, 0, 0, 0, 1, 1, 1]))
+
+
+def test_greedy_balanced_beats_contiguous_on_max_load():
+    load = np.array([50.0, 40, 5, 5, 1, 1, 1, 1])
+    ids = fam.greedy_balanced_ids(load, 2, 4)
+    per = np.bincount(ids, weights=load, minlength=2)
+    contig = np.bincount(fam.contiguous_ids(8, 2), weights=load, minlength=2)
+    assert per.max() < contig.max()
+    assert np.bincount(ids, minlength=2).max() <= 4
+
+
+def test_train_and_heldout_share_the_popularity():
+    pop = fixed_popularity("powerlaw:alpha=2.0", jax.random.key(0), iterations=1, layers=1,
+                           num_experts=16)
+    a = sample_from_popularity(pop, jax.random.key(1), num_traces=64, tokens=32, top_k=2)
+    b = sample_from_popularity(pop, jax.random.key(2), num_traces=64, tokens=32, top_k=2)
+    ca, cb = np.asarray(a.counts.sum((0, 1, 2))), np.asarray(b.counts.sum((0, 1, 2)))
+    assert np.argmax(ca) == np.argmax(cb) == int(np.argmax(np.asarray(pop[0, 0])))
+    assert not np.array_equal(np.asarray(a.expert_ids), np.asarray(b.expert_ids))
+    assert (np.asarray(a.expert_ids) >= 0).all() and a.counts.sum() == 64 * 32 * 2
+
+
+# --- the loop: checkpoints, resume, errors, export ------------------------------------------
+
+
+def test_tune_lowers_the_loss_and_evaluates_baselines(run):
+    out, res = run
+    assert res.step == SMALL["steps"] and len(res.history) == SMALL["steps"]
+    assert res.history[-1] < res.history[0]
+    assert {"tuned", "default", "contiguous", "round-robin", "greedy-balanced"} <= set(
+        res.evaluation)
+    assert (Path(out) / "summary.json").is_file()
+    fam.Placement(16, 4, 4).check(res.hard["placement"])
+
+
+def test_interrupted_run_resumes_to_the_same_result(run, tmp_path):
+    _, full = run
+    out = tmp_path / "run"
+
+    def stop(step, loss):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tune(TuneConfig(**SMALL), out, progress=False, callback=stop, evaluate_heldout=False)
+    res = tune(TuneConfig(**SMALL), out, resume=True, progress=False, evaluate_heldout=False)
+    np.testing.assert_array_equal(np.asarray(res.raw["placement"]),
+                                  np.asarray(full.raw["placement"]))
+    assert res.history == full.history
+    assert res.hard["placement"].tolist() == full.hard["placement"].tolist()
+
+
+def test_existing_or_mismatched_checkpoint_is_refused(run, tmp_path):
+    out, _ = run
+    with pytest.raises(CheckpointError, match="already holds checkpoints"):
+        tune(TuneConfig(**SMALL), out, progress=False)
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    with pytest.raises(CheckpointError, match="seed"):
+        tune(TuneConfig(**{**SMALL, "seed": 1}), copy, resume=True, progress=False)
+
+
+def test_corrupt_checkpoint_gives_a_clear_error(run, tmp_path):
+    out, _ = run
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    step_dir = bad / str(SMALL["steps"])
+    for f in (step_dir / "state").rglob("*"):
+        if f.is_file():
+            f.write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        restore(bad)
+    meta_bad = tmp_path / "meta_bad"
+    shutil.copytree(out, meta_bad)
+    (meta_bad / str(SMALL["steps"]) / "meta" / "metadata").write_text("{not json")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        restore(meta_bad)
+    with pytest.raises(CheckpointError, match="no such"):
+        restore(tmp_path / "missing")
+
+
+def test_export_restore_bit_exact_and_simulate_round_trip(run, tmp_path):
+    out, res = run
+    prob, back = restore(out)
+    assert back.step == res.step
+    np.testing.assert_array_equal(np.asarray(back.raw["placement"]),
+                                  np.asarray(res.raw["placement"]))
+    a = export.write_policy(tmp_path / "a.toml", prob, res.hard, res.step)
+    b = export.write_policy(tmp_path / "b.toml", prob, back.hard, back.step)
+    assert a.read_bytes() == b.read_bytes()
+    pol = load_policy(str(a))
+    assert dict(pol.options)["placement"] == [int(x) for x in res.hard["placement"]]
+    full = tl.build_problem(TuneConfig(**SMALL))
+    sim = api.simulate("chiplet-2x2", "phi-3.5-moe", str(a), full.heldout)
+    ev = tl.evaluate_values(full, res.hard)
+    np.testing.assert_array_equal(sim["latency_s"], ev["latency_s"])
+    assert engine.percentile_summary(ev["latency_s"])["mean"] * 1e3 == pytest.approx(
+        res.evaluation["tuned"]["latency_ms"]["mean"])
+
+
+def test_bad_names_and_values_are_clear():
+    with pytest.raises(UnknownNameError, match="placement"):
+        tl.build_problem(TuneConfig(**{**SMALL, "params": ("placemnt",)}))
+    with pytest.raises(ConfigError, match="loss"):
+        TuneConfig(**{**SMALL, "loss": "median"})
+    with pytest.raises(ConfigError, match="batch"):
+        TuneConfig(**{**SMALL, "batch": 100})
+
+
+def test_cli_tune_and_export(run, tmp_path, capsys):
+    out, pol = tmp_path / "ck", tmp_path / "p.toml"
+    args = ["tune", "--system", "ep", "--hardware", "chiplet-2x2", "--model", "phi-3.5-moe",
+            "--param", "placement", "--steps", "6", "--traces", "8", "--batch", "4",
+            "--eval-traces", "8", "--tokens", "16", "--iterations", "2", "--every", "2",
+            "--lr", "0.2", "--warmup", "2", "--trace-gen", "powerlaw:alpha=1.5",
+            "--out", str(out), "--export", str(pol), "--quiet"]
+    assert main(args) == 0  # the same run as SMALL (shares its compiled functions)
+    assert pol.is_file() and (out / "6").is_dir()
+    assert dict(load_policy(str(pol)).options)["placement"] == [
+        int(x) for x in run[1].hard["placement"]]
+    assert main(args) == 2  # exists, no --resume
+    assert "already holds checkpoints" in capsys.readouterr().err
+    assert main(args + ["--resume"]) == 0
+    assert main([*args[:7], "--param", "bogus", *args[9:], "--resume"]) == 2
