@@ -17,7 +17,7 @@ from moejax.results import atomic_write_json
 STUDIES: dict[str, str] = {
     # "fsedp": "moejax.reproduce.fsedp",
     # "moentwine": "moejax.reproduce.moentwine",
-    # "amoe": "moejax.reproduce.amoe",
+    "amoe": "moejax.reproduce.amoe",
 }
 
 

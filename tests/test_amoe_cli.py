@@ -1,0 +1,32 @@
+"""`moejax simulate` with the stream-serving policies (002): runs, and bad input is one line."""
+
+from __future__ import annotations
+
+import json
+
+from moejax.cli import main
+from moejax.policies import load_policy
+
+
+def test_policies_load():
+    for name in ("aep-defrag", "aep-mtfs", "aep-flfs"):
+        assert load_policy(name).system == "aep"
+    assert load_policy("ep-sync").system == "ep_serving"
+
+
+def test_simulate_ep_sync(tmp_path, capsys):
+    rc = main(["simulate", "--hardware", "a100x8-nvswitch", "--model", "mixtral-8x7b",
+               "--policy", "ep-sync", "--rate", "200", "--workload", "short",
+               "--requests", "6", "--out", str(tmp_path)])
+    assert rc == 0
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["all_done"] and s["throughput_tok_s"]["mean"] > 0
+
+
+def test_simulate_needs_rate_and_known_workload(capsys):
+    base = ["simulate", "--hardware", "a100x8-nvswitch", "--model", "mixtral-8x7b",
+            "--policy", "aep-defrag", "--requests", "4"]
+    assert main(base) == 2
+    assert "--rate" in capsys.readouterr().err
+    assert main([*base, "--rate", "10", "--workload", "huge"]) == 2
+    assert "short, medium, reasonable" in capsys.readouterr().err
