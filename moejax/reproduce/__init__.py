@@ -15,8 +15,8 @@ from moejax.errors import UnknownNameError
 from moejax.results import atomic_write_json
 
 STUDIES: dict[str, str] = {
-    # "fsedp": "moejax.reproduce.fsedp",
-    # "moentwine": "moejax.reproduce.moentwine",
+    "fsedp": "moejax.reproduce.fsedp",
+    "moentwine": "moejax.reproduce.moentwine",
     "amoe": "moejax.reproduce.amoe",
 }
 
