@@ -1,0 +1,115 @@
+"""Traces per second of one wafer EP MoE layer (001): vectorized (jit + vmap) vs a plain
+per-trace NumPy loop of the same model, measured side by side in one run.
+
+    .venv/bin/python benchmarks/bench_wafer.py [--hardware wsc-8x8] [--model qwen3-235b-a22b]
+        [--mapping er] [--traces 1 64 1024]
+
+One MoE layer (attention all-reduce, dispatch + experts + combine, micro-batch pipeline) on
+counts-only traces (per-expert token counts, 256 tokens per TP group, power-law popularity).
+The NumPy loop is vectorized inside a trace (matrix products for the traffic, link loads from
+the incidence matrix) and loops over traces, the way a home-grown script would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import numpy as np
+
+from moejax import engine
+from moejax.hardware import load_platform
+from moejax.models import load_model, with_overrides
+from moejax.systems.wafer import mapping as mp
+from moejax.systems.wafer import system as ws
+from moejax.trace import from_counts, gen
+
+
+def numpy_layer(cfg, inc, placement, counts, ar_phases):
+    """One trace's layer time with NumPy (hard mode, same rules as `system.layer`)."""
+    m, dev = cfg.model, cfg.platform.device
+    bw = cfg.topo.link_Bps
+    served = placement / placement.sum(1, keepdims=True)
+    pairs = mp.holder_shares(cfg.mapping)[:, None] * counts[None, :]
+    b = pairs @ served
+    traffic = np.einsum("hd,hds->sd", b, cfg.source_split) * m.token_bytes
+    parts = []
+    for tr in (traffic, traffic.T):
+        off = tr * (1 - np.eye(tr.shape[0]))
+        loads = np.einsum("sd,sdl->l", off, inc)
+        parts.append(((loads / bw).max(), (cfg.topo.path_latency_s * (off > 0)).max()))
+    tok = counts[:, None] * served
+    t_exp = np.maximum(tok * m.expert_flops_per_token / dev.flops(cfg.expert_dtype),
+                       (tok > 0) * m.expert_weight_bytes / dev.memory_Bps).sum(0).max()
+    n_tok = counts.sum() / m.top_k
+    vol = n_tok / cfg.mapping.num_groups * m.token_bytes
+    ar_b = ar_l = 0.0
+    for steps, pattern, g in ar_phases:
+        loads = np.einsum("sd,sdl->l", pattern * vol / g, inc)
+        ar_b += steps * (loads / bw).max()
+        ar_l += steps * (cfg.topo.path_latency_s * (pattern > 0)).max()
+    att = float(ws.attention_s(cfg, n_tok, 0.0))
+    best = np.inf
+    for mb in cfg.micro_batches:
+        a = [att / mb, ar_b / mb + ar_l]
+        s = [parts[0][0] / mb + parts[0][1], t_exp / mb, parts[1][0] / mb + parts[1][1]]
+        best = min(best, sum(a) + (mb - 1) * max(a) + sum(s) + (mb - 1) * max(s))
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hardware", default="wsc-8x8")
+    ap.add_argument("--model", default="qwen3-235b-a22b")
+    ap.add_argument("--mapping", default="er")
+    ap.add_argument("--tp", type=int, default=4)
+    ap.add_argument("--traces", type=int, nargs="+", default=[1, 64, 1024])
+    ap.add_argument("--numpy-max", type=int, default=64, help="traces timed in the NumPy loop")
+    args = ap.parse_args()
+
+    model = with_overrides(load_model(args.model), weight_bytes=1.0)
+    cfg = ws.make_config(load_platform(args.hardware), model, mapping=args.mapping,
+                         tp_size=args.tp)
+    params = ws.default_params(cfg)
+    sysm = ws.build(cfg, 1)
+    n = cfg.mapping.num_groups * 256
+    inc = cfg.topo.incidence()
+    ar = []
+    for steps, step in ws.allreduce_phases(cfg, 1.0):
+        pattern = np.asarray(step) > 0
+        ar.append((steps, pattern.astype(np.float32), cfg.mapping.groups.shape[1]))
+    place = np.asarray(params.placement)
+    print(f"{args.hardware}, {args.model}, mapping={args.mapping}, TP={args.tp}, "
+          f"{n} tokens, one MoE layer, backend={jax.default_backend()}")
+    print(f"{'traces':>7} {'jax traces/s':>14} {'numpy traces/s':>15} {'ratio':>8} "
+          f"{'max |diff|':>11}")
+    for t in args.traces:
+        p = gen.popularity("powerlaw:alpha=1.2", jax.random.key(t), iterations=t, layers=1,
+                           num_experts=model.num_experts)
+        rng = np.random.default_rng(t)
+        counts = np.stack([rng.multinomial(n * model.top_k, np.asarray(p[i, 0], np.float64)
+                                           / float(np.asarray(p[i, 0], np.float64).sum()))
+                           for i in range(t)]).astype(np.float32)  # [T, E]
+        tr = from_counts(counts[:, None, :], model.top_k)  # [I=T, L=1, E] as a batch below
+        batch = jax.tree_util.tree_map(lambda x: x[:, None], tr)  # [T, I=1, L=1, ...]
+        out = engine.simulate(sysm, params, batch)  # compile + run
+        jax.block_until_ready(out["layer_s"])
+        t0 = time.perf_counter()
+        reps = 3
+        for _ in range(reps):
+            out = engine.simulate(sysm, params, batch)
+            jax.block_until_ready(out["layer_s"])
+        jax_s = (time.perf_counter() - t0) / reps
+        k = min(t, args.numpy_max)
+        numpy_layer(cfg, inc, place, counts[0], ar)  # warm-up (NumPy / BLAS first-call cost)
+        t0 = time.perf_counter()
+        ref = [numpy_layer(cfg, inc, place, counts[i], ar) for i in range(k)]
+        np_s = (time.perf_counter() - t0) / k * t
+        diff = float(np.max(np.abs(np.asarray(out["layer_s"])[:k] - np.asarray(ref))
+                            / np.asarray(ref)))
+        print(f"{t:>7} {t / jax_s:>14.1f} {t / np_s:>15.1f} {np_s / jax_s:>8.1f} {diff:>11.2e}")
+
+
+if __name__ == "__main__":
+    main()
