@@ -39,13 +39,14 @@ import math
 import os
 import pickle
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from moejax.errors import ConfigError, TraceError
-from moejax.trace.core import Trace, from_counts, from_ids
+from moejax.trace.core import Trace, from_counts, validate
 
 FORMATS = ("esft", "olmoe", "jsonl", "counts-csv")
 
@@ -124,11 +125,13 @@ class _Grow:
         self.width, self.n = width, 0
         self.buf = np.empty((1024, width) if width else (1024,), dtype)
 
-    def append(self, row) -> None:
-        if self.n == len(self.buf):
+    def extend(self, rows) -> None:
+        rows = np.asarray(rows)
+        m = len(rows)
+        while self.n + m > len(self.buf):
             self.buf = np.concatenate([self.buf, np.empty_like(self.buf)])
-        self.buf[self.n] = row
-        self.n += 1
+        self.buf[self.n : self.n + m] = rows
+        self.n += m
 
     def array(self) -> np.ndarray:
         return self.buf[: self.n]
@@ -156,6 +159,31 @@ def _check_weights(path, line, field, w: np.ndarray) -> None:
         raise _err(path, line, field, f"non-finite weight {w[idx]} at {idx}")
 
 
+def _token_trace(ids, w, mask, num_experts: int, request) -> Trace:
+    """A validated token-level Trace from NumPy [I, L, N, K] ids / weights and [I, N] mask.
+
+    Counts come from a bincount (O(ids) memory), not from a one-hot [I, L, N, K, E], so a
+    large recording imports in bounded memory.
+    """
+    import jax.numpy as jnp
+
+    ids = np.where(mask[:, None, :, None], ids, -1).astype(np.int32)
+    i, l = ids.shape[:2]
+    flat = (np.arange(i * l).reshape(i, l, 1, 1) * num_experts + ids)[ids >= 0]
+    counts = np.bincount(flat, minlength=i * l * num_experts).reshape(i, l, num_experts)
+    t = Trace(
+        expert_ids=jnp.asarray(ids),
+        gate_weights=jnp.asarray(w, jnp.float32),
+        token_mask=jnp.asarray(mask, bool),
+        token_request=jnp.asarray(request, jnp.int32),
+        counts=jnp.asarray(counts, jnp.float32),
+        num_experts=num_experts,
+        top_k=ids.shape[-1],
+    )
+    validate(t, raw=(ids, np.asarray(w, np.float32), mask))
+    return t
+
+
 # ------------------------------------------------------------------------ ESFT
 
 
@@ -172,20 +200,29 @@ def _esft_files(folder: Path) -> list[Path]:
     return [found[i] for i in want]
 
 
+def _numbers(text: str, dtype) -> np.ndarray | None:
+    """Tab-separated numbers of one field (C parser), or None if any cell is malformed."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            out = np.fromstring(text, dtype=dtype, sep="\t")
+        except (ValueError, DeprecationWarning):
+            return None
+    return out if out.size == text.count("\t") + 1 and text.strip() else None
+
+
 def _parse_esft_line(path, line: int, text: str, ended: bool, k: int, num_experts: int):
     if not ended:
         raise _err(path, line, "line", "truncated (no newline at end of file)")
     ids_s, sep, w_s = text.partition("\t\t")
     if not sep:
         raise _err(path, line, "line", "no '\\t\\t' separator between ids and weights")
-    try:
-        ids = np.array(ids_s.split("\t"), dtype=np.int64)
-    except ValueError:
-        raise _err(path, line, "ids", "not all tab-separated integers") from None
-    try:
-        w = np.array(w_s.split("\t"), dtype=np.float64)
-    except ValueError:
-        raise _err(path, line, "weights", "not all tab-separated numbers") from None
+    ids = _numbers(ids_s, np.int64)
+    if ids is None:
+        raise _err(path, line, "ids", "not all tab-separated integers")
+    w = _numbers(w_s, np.float64)
+    if w is None:
+        raise _err(path, line, "weights", "not all tab-separated numbers")
     if ids.size % k:
         raise _err(path, line, "ids", f"{ids.size} ids is not a multiple of top_k={k} "
                    "(truncated record or wrong top_k)")
@@ -269,8 +306,8 @@ def import_esft(src, *, num_experts: int = 64, top_k: int = 6, drop_last_token: 
         request = np.concatenate([flat_req, np.full(pad, -1)]).reshape(i, n)
         ids, w = ids.reshape(i, n, len(files), top_k), w.reshape(i, n, len(files), top_k)
         mask = request >= 0
-    trace = from_ids(ids.transpose(0, 2, 1, 3), w.transpose(0, 2, 1, 3), mask, num_experts,
-                     token_request=request.astype(np.int32))
+    trace = _token_trace(ids.transpose(0, 2, 1, 3), w.transpose(0, 2, 1, 3), mask,
+                         num_experts, request.astype(np.int32))
     meta = {
         "source": "esft",
         "path": str(folder),
@@ -416,16 +453,15 @@ def import_olmoe(srcs: Sequence, *, num_experts: int, top_k: int,
 def _jsonl_ids(path, line, rec, name, nested: bool, k: int | None):
     v = rec.get(name)
     try:
-        arr = np.asarray(v, dtype=np.float64 if name == "weights" else object)
+        arr = np.asarray(v, dtype=np.float64 if name == "weights" else None)
     except (ValueError, TypeError):
         raise _err(path, line, name, "ragged or non-numeric list") from None
     if arr.ndim != (2 if nested else 1) or arr.size == 0:
         shape = "[tokens][k] list" if nested else "non-empty list"
         raise _err(path, line, name, f"expected a {shape}, got {v!r:.60}")
     if name == "experts":
-        flat = arr.ravel()
-        if not all(isinstance(x, int) and not isinstance(x, bool) for x in flat):
-            raise _err(path, line, name, "expert ids must be integers")
+        if arr.dtype.kind not in "iu":
+            raise _err(path, line, name, f"expert ids must be integers, got {v!r:.60}")
         arr = arr.astype(np.int64)
     arr = arr.reshape(-1, arr.shape[-1])
     if k is not None and arr.shape[-1] != k:
@@ -509,12 +545,11 @@ def import_jsonl(src, *, num_experts: int | None = None, top_k: int | None = Non
                            f"expected {'one integer per token' if nested else 'an integer'}")
             if ids_g is None:
                 ids_g, w_g = _Grow(np.int32, k), _Grow(np.float32, k)
-            for t in range(len(ids)):  # tokens of one record (a step: one layer's batch)
-                ids_g.append(ids[t])
-                w_g.append(w[t])
-                step.append(rec.get("step", 0))
-                layer.append(rec["layer"])
-                req.append(r[t])
+            ids_g.extend(ids)
+            w_g.extend(w)
+            step.extend(np.full(len(ids), rec.get("step", 0)))
+            layer.extend(np.full(len(ids), rec["layer"]))
+            req.extend(r)
     if ids_g is None:
         raise TraceError(f"{path}: no routing records")
     return _assemble(path, step.array(), layer.array(), req.array(), ids_g.array(),
@@ -549,7 +584,7 @@ def _assemble(path, step, layer, req, ids, w, num_experts):
     request = np.full((len(steps), n), -1, np.int32)
     l0 = l_o == 0
     request[s_o[l0], pos[l0]] = req[order][l0]
-    trace = from_ids(out_ids, out_w, mask, num_experts, token_request=request)
+    trace = _token_trace(out_ids, out_w, mask, num_experts, request)
     meta = {"source": "jsonl", "path": str(path), "steps": steps.tolist()[:10000],
             "tokens": int(per[:, 0].sum())}
     return trace, meta
