@@ -34,6 +34,22 @@ def layer_shares(trace: Trace) -> np.ndarray:
         return c / c.sum(-1, keepdims=True)
 
 
+def sorted_load_profile(trace: Trace) -> np.ndarray:
+    """Descending-sorted load shares per layer, float64 [L, E].
+
+    Token-level traces: pooled over iterations. Counts-only traces: the mean over
+    iterations of each iteration's sorted shares, since such an iteration is a whole
+    recording of its own (e.g. one text domain of OLMoE) whose hot experts differ from the
+    next one's; pooling them would average hot experts away.
+    """
+    if trace.has_tokens:
+        return -np.sort(-layer_shares(trace), axis=-1)
+    c = np.asarray(trace.counts, np.float64).reshape(-1, *trace.counts.shape[-2:])
+    c = c[c.sum((-1, -2)) > 0]
+    p = c / c.sum(-1, keepdims=True)
+    return (-np.sort(-p, axis=-1)).mean(0)
+
+
 def activated_from_shares(shares: np.ndarray, ms, top_k: int) -> np.ndarray:
     """Expected distinct experts of m independent tokens, float64 [..., len(ms)].
 
@@ -209,25 +225,24 @@ def plot(trace: Trace, path, meta: dict | None = None, title: str = "",
     from moejax.results import atomic_write_bytes
 
     a = analyze(trace, meta)
-    shares = layer_shares(trace)
     e = trace.num_experts
     fig, ax = plt.subplots(2, 2, figsize=(11, 8))
-    srt = -np.sort(-shares, axis=-1) * e
+    srt = sorted_load_profile(trace) * e
     ranks = np.arange(1, e + 1)
     for row in srt:
         ax[0, 0].plot(ranks, row, color="tab:blue", alpha=0.25, lw=0.8)
     ax[0, 0].plot(ranks, np.nanmean(srt, 0), color="k", lw=2, label="recorded (mean of layers)")
     for fam, prof in (fitted or {}).items():
         ax[0, 0].plot(ranks, np.asarray(prof) * e, "--", lw=1.5, label=f"fitted {fam}")
+    per = "" if trace.has_tokens else " (mean of iterations)"
     ax[0, 0].set(xscale="log", yscale="log", xlabel="expert rank", ylabel="load / mean load",
-                 title="sorted expert load per layer")
+                 title="sorted expert load per layer" + per)
     ax[0, 0].legend(fontsize=8)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        skew = shares.max(-1) * e
+    skew = srt[:, 0]
     ax[0, 1].bar(np.arange(len(skew)), skew, color="tab:orange")
     ax[0, 1].axhline(1.0, color="k", lw=0.8)
     ax[0, 1].set(xlabel="recorded layer (index)", ylabel="max / mean load",
-                 title="per-layer skew")
+                 title="per-layer skew" + per)
     act = a["activated"]
     meas = np.asarray(act["measured"], np.float64)
     ax[1, 0].plot(act["m"], act["uniform"], "k--", label="uniform (1-(1-k/E)^m)E, 003 §3.2")

@@ -33,7 +33,7 @@ from moejax.trace import gen
 from moejax.trace.analysis import (
     activated_curve,
     activated_from_shares,
-    layer_shares,
+    sorted_load_profile,
     temporal_locality,
 )
 from moejax.trace.core import Trace
@@ -50,7 +50,7 @@ _MAX_FIT_TOKENS = 16384  # tokens simulated per grid point for static families
 _GRIDS = {
     "powerlaw": ("alpha", np.geomspace(0.05, 4.0, 32)),
     "exponential": ("scale", np.geomspace(0.01, 10.0, 32)),
-    "normal": ("std", np.linspace(0.0, 0.15, 31)),
+    "normal": ("std", np.linspace(0.0, 0.3, 41)),
 }
 _DRIFT_SCALE = np.geomspace(0.3, 2.0, 8)
 _DRIFT_NOISE = np.array([0.0, 0.3, 0.6, 0.9, 1.3])
@@ -113,27 +113,11 @@ def _pooled_layout(layout: Layout, token_level: bool = True) -> Layout:
     return Layout((min(sum(tpi) if token_level else max(tpi), _MAX_FIT_TOKENS),))
 
 
-def _sorted_shares(trace: Trace) -> np.ndarray:
-    """Descending-sorted load shares per layer, float64 [L, E].
-
-    Token-level traces: pooled over iterations. Counts-only traces: the mean over
-    iterations of each iteration's sorted shares, since such an iteration is a whole
-    recording of its own (e.g. one text domain of OLMoE) whose hot experts differ from the
-    next one's; pooling them would average hot experts away.
-    """
-    if trace.has_tokens:
-        return -np.sort(-layer_shares(trace), axis=-1)
-    c = np.asarray(trace.counts, np.float64).reshape(-1, *trace.counts.shape[-2:])
-    c = c[c.sum((-1, -2)) > 0]
-    p = c / c.sum(-1, keepdims=True)
-    return (-np.sort(-p, axis=-1)).mean(0)
-
-
 def stats(trace: Trace, ms=_ACT_MS) -> dict:
     """Per-layer statistics the fit matches: sorted load shares [L, E], skew [L] (max/mean),
     and activated experts of m consecutive tokens [L, M] (independent-token expectation for
     counts-only traces)."""
-    srt = _sorted_shares(trace)
+    srt = sorted_load_profile(trace)
     if trace.has_tokens:
         act = np.asarray(activated_curve(trace, ms)["measured"], np.float64)
     else:
@@ -163,7 +147,7 @@ def moments(trace: Trace, temporal: bool = False) -> dict:
     `temporal` (drift) also `activated` [L, M] (mean distinct experts of m consecutive
     tokens, m in `_DRIFT_MS`: coherence of neighbouring tokens) and `autocorr` [L] (lag-1
     autocorrelation of load ratios over iterations, `temporal_locality`)."""
-    out = {"skew": _sorted_shares(trace)[:, 0] * trace.num_experts}
+    out = {"skew": sorted_load_profile(trace)[:, 0] * trace.num_experts}
     if temporal:
         out["activated"] = np.asarray(activated_curve(trace, _DRIFT_MS)["measured"])
         out["autocorr"] = np.asarray(temporal_locality(trace)["autocorr"], np.float64)
