@@ -245,3 +245,15 @@ def test_dropping_allgather_halves_the_allreduce():
     b = system.layer(drop, p, p.placement, empty, jnp.zeros((0,), bool), counts)
     assert float(b["all_reduce_s"]) == pytest.approx(float(a["all_reduce_s"]) / 2, rel=1e-6)
     assert float(b["avg_hops"]) >= float(a["avg_hops"])  # fewer holders: no nearer source
+
+
+def test_catalog_4x4_example_er_halves_all_to_all_doubles_all_reduce():
+    from moejax.reproduce import moentwine as mt
+
+    base = mt.comm_point("wsc-4x4", "qwen3-235b-a22b", "baseline", 4)
+    er = mt.comm_point("wsc-4x4", "qwen3-235b-a22b", "er", 4)
+    # 001 §IV-B1: ER's disjoint 2x2 FTDs halve the all-to-all; §IV-B2: 2-hop rings double
+    # the all-reduce (here through two overlapping flows on each FTD-border link)
+    assert er["all_to_all_s"] == pytest.approx(base["all_to_all_s"] / 2, rel=1e-4)
+    assert er["all_reduce_s"] == pytest.approx(base["all_reduce_s"] * 2, rel=1e-4)
+    assert er["avg_hops"] < base["avg_hops"]
