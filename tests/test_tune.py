@@ -251,3 +251,17 @@ def test_cli_tune_and_export(run, tmp_path, capsys):
     assert "already holds checkpoints" in capsys.readouterr().err
     assert main(args + ["--resume"]) == 0
     assert main([*args[:7], "--param", "bogus", *args[9:], "--resume"]) == 2
+
+
+def test_fsedp_microslice_target_exports_a_loadable_policy(tmp_path):
+    cfg = TuneConfig(**{**SMALL, "system": "fsedp", "params": ("num_microslices",)})
+    prob = tl.build_problem(cfg, traces=False)
+    knob = prob.setup.families["num_microslices"]
+    assert knob.lo >= 1 and knob.hi > knob.lo
+    hard = {"num_microslices": knob.hard(knob.init(None, knob.lo + 1))}
+    assert hard["num_microslices"] == knob.lo + 1
+    pol = load_policy(str(export.write_policy(tmp_path / "f.toml", prob, hard, 0)))
+    assert pol.system == "fsedp"
+    assert dict(pol.options)["num_microslices"] == float(knob.lo + 1)
+    with pytest.raises(UnknownNameError, match="num_microslices"):
+        tl.build_problem(TuneConfig(**{**SMALL, "system": "fsedp"}), traces=False)

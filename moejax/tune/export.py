@@ -26,7 +26,7 @@ def _toml_value(v) -> str:
             raise ConfigError(f"export: cannot write non-finite value {v!r}")
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v)
+        return json.dumps(v, ensure_ascii=False)
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise ConfigError(f"export: cannot write {type(v).__name__} value {v!r} to TOML")

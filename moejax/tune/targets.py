@@ -137,8 +137,39 @@ def _ep_expected(cfg, base, values, traces, tau):
     return jax.vmap(one_trace)(traces)
 
 
+MAX_MICROSLICES = 16  # 000 §VI-D: latency vs count improves then worsens, "below 10 is preferred"
+
+
+def _fsedp_setup(platform, model, policy, num_iterations, names, capacity=0) -> Setup:
+    """FSE-DP (moejax.systems.fsedp): the micro-slice count per expert (000 §IV-C, §VI-D),
+    an integer in [buffer minimum, 16]; the system reads it through relax.round (a
+    fractional count at tau > 0). theta_min and the QoS slack are static config in the
+    system (no gradient path), so they are not tunable here."""
+    from moejax.systems.fsedp import config as fcfg
+    from moejax.systems.fsedp import system as fsys
+
+    system, base = fsys.from_policy(platform, model, policy.options_table(), num_iterations)
+    opts, _, _ = fsys._read_options(policy.options_table())
+    lo = max(1, fcfg.min_microslices(fcfg.make_config(platform, model, **opts)))
+    knob = fam.IntegerKnob("num_microslices", lo, max(MAX_MICROSLICES, lo + 1))
+
+    def apply(base, values, tau):
+        m = values.get("num_microslices", base.num_microslices)
+        return base.replace(num_microslices=jnp.asarray(m, jnp.float32),
+                            tau=jnp.asarray(tau, jnp.float32))
+
+    def grid():
+        return {f"grid m={m}": {"num_microslices": m} for m in range(knob.lo, knob.hi + 1)}
+
+    return Setup(system, base, {"num_microslices": knob}, apply,
+                 {"num_microslices": int(round(float(base.num_microslices)))},
+                 lambda load_e: grid(),
+                 lambda hard: {"num_microslices": float(hard["num_microslices"])})
+
+
 TARGETS: dict[str, Target] = {
     "ep": Target("ep", ("placement",), _ep_setup),
+    "fsedp": Target("fsedp", ("num_microslices",), _fsedp_setup),
 }
 
 
