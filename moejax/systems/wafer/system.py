@@ -28,6 +28,7 @@ iterations, `ni_delay_iterations`), and no new plan starts while one is in fligh
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -205,6 +206,21 @@ def allreduce_phases(cfg: WaferConfig, n_tokens):
     return phases
 
 
+@functools.lru_cache(maxsize=64)
+def allreduce_unit_phases(cfg: WaferConfig):
+    """Static [(steps, link bytes per token [Lk] of one step, latency_s of one step)]."""
+    out = []
+    with jax.ensure_compile_time_eval():  # static geometry, also when first called under jit
+        phases = [(steps, np.asarray(step, np.float32))
+                  for steps, step in allreduce_phases(cfg, 1.0)]
+        loads_of = [np.asarray(cfg.topo.link_loads(jnp.asarray(st)), np.float64)
+                    for _, st in phases]
+    for (steps, step), loads in zip(phases, loads_of, strict=True):
+        lat = float((cfg.topo.path_latency_s * (step * (1 - np.eye(len(step))) > 0)).max())
+        out.append((steps, loads, lat))
+    return tuple(out)
+
+
 def phase_parts(traffic, topo, tau=0.0):
     """(busy_s, latency_s, link bytes [Lk]) of one phase (collectives.phase_time_s split)."""
     loads = topo.link_loads(traffic)
@@ -276,9 +292,11 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
     ar_busy = jnp.float32(0.0)
     ar_lat = jnp.float32(0.0)
     ar_loads = jnp.zeros(topo.num_links)
-    for steps, step in allreduce_phases(cfg, n_tokens):
-        b, lat, loads = phase_parts(step, topo, tau_s)
-        ar_busy, ar_lat = ar_busy + steps * b, ar_lat + steps * lat
+    bw = jnp.asarray(topo.link_Bps, jnp.float32)
+    for steps, unit_loads, lat in allreduce_unit_phases(cfg):  # loads are linear in n_tokens
+        loads = n_tokens * jnp.asarray(unit_loads, jnp.float32)
+        b = relax.max(loads / bw, tau_s, axis=-1) * (n_tokens > 0)
+        ar_busy, ar_lat = ar_busy + steps * b, ar_lat + steps * lat * (n_tokens > 0)
         ar_loads = ar_loads + steps * loads
     att = attention_s(cfg, n_tokens, tau_s)
     mb = jnp.asarray(cfg.micro_batches, jnp.float32)[:, None]
