@@ -265,3 +265,13 @@ def test_fsedp_microslice_target_exports_a_loadable_policy(tmp_path):
     assert dict(pol.options)["num_microslices"] == float(knob.lo + 1)
     with pytest.raises(UnknownNameError, match="num_microslices"):
         tl.build_problem(TuneConfig(**{**SMALL, "system": "fsedp"}), traces=False)
+
+
+def test_wafer_placement_target_builds_and_refuses_export(tmp_path):
+    cfg = TuneConfig(**{**SMALL, "system": "wafer", "policy": "ep-baseline-map",
+                        "hardware": "wsc-4x4", "relaxation": "system"})
+    prob = tl.build_problem(cfg, traces=False)
+    f = prob.setup.families["placement"]
+    assert (f.num_experts, f.num_devices, f.capacity) == (16, 16, 1)
+    with pytest.raises(ConfigError, match="no 'placement' option"):
+        export.write_policy(tmp_path / "w.toml", prob, {"placement": np.arange(16)}, 0)

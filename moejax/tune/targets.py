@@ -167,9 +167,38 @@ def _fsedp_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
                  lambda hard: {"num_microslices": float(hard["num_microslices"])})
 
 
+def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> Setup:
+    """Wafer-scale EP (moejax.systems.wafer, 001): the native expert placement [E, D]
+    (`WaferParams.placement`, one-hot rows), at most `capacity` experts per device (default
+    ceil(E / D)). The system's own relaxation reads a soft row as a split expert. Its policy
+    format has no explicit placement list yet, so `options` (export) raises ConfigError."""
+    from moejax.systems.wafer import system as wsys
+
+    system, base = wsys.from_policy(platform, model, policy.options_table(), num_iterations)
+    e, d = model.num_experts, platform.num_devices
+    cap = capacity or -(-e // d)
+
+    def apply(base, values, tau):
+        return base.replace(placement=values.get("placement", base.placement),
+                            tau=jnp.asarray(tau, jnp.float32))
+
+    def baselines(load_e):
+        return {"contiguous": {"placement": fam.contiguous_ids(e, d)},
+                "round-robin": {"placement": fam.round_robin_ids(e, d)},
+                "greedy-balanced": {"placement": fam.greedy_balanced_ids(load_e, d, cap)}}
+
+    def options(hard):
+        raise ConfigError(f"export: policy {policy.name!r} (system wafer) has no 'placement' "
+                          "option to carry a tuned placement; the checkpoint holds it")
+
+    return Setup(system, base, {"placement": fam.Placement(e, d, cap)}, apply,
+                 {"placement": np.asarray(base.placement).argmax(-1)}, baselines, options)
+
+
 TARGETS: dict[str, Target] = {
     "ep": Target("ep", ("placement",), _ep_setup),
     "fsedp": Target("fsedp", ("num_microslices",), _fsedp_setup),
+    "wafer": Target("wafer", ("placement",), _wafer_setup),
 }
 
 
