@@ -257,3 +257,21 @@ def test_catalog_4x4_example_er_halves_all_to_all_doubles_all_reduce():
     assert er["all_to_all_s"] == pytest.approx(base["all_to_all_s"] / 2, rel=1e-4)
     assert er["all_reduce_s"] == pytest.approx(base["all_reduce_s"] * 2, rel=1e-4)
     assert er["avg_hops"] < base["avg_hops"]
+
+
+def test_relaxed_layer_time_has_finite_gradients_wrt_placement():
+    cfg = _cfg(mapping="er", tp=2, rows=2, cols=4)
+    params = system.default_params(cfg).replace(tau=jnp.float32(0.05))
+    counts = jnp.asarray(np.random.default_rng(6).integers(1, 20, 8), jnp.float32)
+    empty = jnp.zeros((0, 2), jnp.int32)
+
+    def loss(logits):
+        place = jax.nn.softmax(logits, axis=-1)  # a relaxed expert x device placement
+        out = system.layer(cfg, params, place, empty, jnp.zeros((0,), bool), counts)
+        return out["layer_s"] / system.time_scale_s(cfg)
+
+    logits = jnp.log(params.placement + 0.1)
+    g = jax.grad(loss)(logits)
+    assert bool(jnp.isfinite(g).all()) and float(jnp.abs(g).max()) > 0
+    step = 1e-2 * g / jnp.abs(g).max()
+    assert float(loss(logits - step)) < float(loss(logits))  # descent direction
