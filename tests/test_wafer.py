@@ -275,3 +275,17 @@ def test_relaxed_layer_time_has_finite_gradients_wrt_placement():
     assert bool(jnp.isfinite(g).all()) and float(jnp.abs(g).max()) > 0
     step = 1e-2 * g / jnp.abs(g).max()
     assert float(loss(logits - step)) < float(loss(logits))  # descent direction
+
+
+def test_policy_options_placement_and_errors():
+    from moejax.schema import Table
+
+    plat, model = make_platform("mesh2d", rows=2, cols=4), make_model(num_experts=8)
+    ids = [7, 6, 5, 4, 3, 2, 1, 0]
+    _, params = system.from_policy(plat, model, Table({"mapping": "er", "tp_size": 2,
+                                                      "placement": ids}, "t"), 2)
+    assert np.asarray(params.placement).argmax(1).tolist() == ids
+    for bad, field in (({"placement": [0, 1]}, "placement"), ({"balancer": "lpt"}, "balancer"),
+                       ({"invasive": False, "beta": 2.0}, "beta"), ({"zap": 1}, "zap")):
+        with pytest.raises(ConfigError, match=field):
+            system.from_policy(plat, model, Table({"tp_size": 2, **bad}, "t"), 2)

@@ -541,7 +541,17 @@ def _read_options(t) -> tuple[dict, dict]:
     opts["micro_batches"] = tuple(mbs)
     pk = dict(alpha=t.float("alpha", 0.0, positive=False),
               beta=t.float("beta", 0.0, positive=False))
+    placement = t._get("placement", "contiguous", False)
     t.close()
+    if isinstance(placement, str):
+        if placement != "contiguous":
+            raise ConfigError(f"{t.where}: key 'placement' = {placement!r}; allowed: "
+                              "contiguous, or a list of one device id per expert")
+    elif not (isinstance(placement, list) and placement
+              and all(isinstance(x, int) and not isinstance(x, bool) for x in placement)):
+        raise ConfigError(f"{t.where}: key 'placement' must be 'contiguous' or a list of "
+                          f"device ids, got {placement!r}")
+    pk["placement"] = placement
     if not opts["invasive"] and pk["beta"] != 0.0:
         raise ConfigError(f"{t.where}: key 'beta' = {pk['beta']} must be 0 when invasive = false "
                           "(001 Eq. 2: beta = 0 for non-invasive)")
@@ -556,5 +566,13 @@ def check_options(t) -> None:
 def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
     """(System, params) for the wafer system from a policy's options Table."""
     opts, pk = _read_options(t)
+    placement = pk.pop("placement")
     cfg = make_config(platform, model, **opts)
-    return build(cfg, num_iterations), default_params(cfg, **pk)
+    params = default_params(cfg, **pk)
+    if not isinstance(placement, str):
+        e, d = model.num_experts, cfg.num_devices
+        if len(placement) != e or not all(0 <= x < d for x in placement):
+            raise ConfigError(f"{t.where}: key 'placement' needs {e} device ids in [0, {d}), "
+                              f"got {len(placement)} ids")
+        params = params.replace(placement=jax.nn.one_hot(np.asarray(placement), d))
+    return build(cfg, num_iterations), params
