@@ -230,6 +230,8 @@ def test_export_restore_bit_exact_and_simulate_round_trip(run, tmp_path):
 def test_bad_names_and_values_are_clear():
     with pytest.raises(UnknownNameError, match="placement"):
         tl.build_problem(TuneConfig(**{**SMALL, "params": ("placemnt",)}))
+    with pytest.raises(UnknownNameError, match="tunable system 'aep'"):
+        tl.build_problem(TuneConfig(**{**SMALL, "system": "aep"}))
     with pytest.raises(ConfigError, match="loss"):
         TuneConfig(**{**SMALL, "loss": "median"})
     with pytest.raises(ConfigError, match="batch"):
@@ -275,3 +277,16 @@ def test_wafer_placement_target_builds_and_refuses_export(tmp_path):
     assert (f.num_experts, f.num_devices, f.capacity) == (16, 16, 1)
     with pytest.raises(ConfigError, match="no 'placement' option"):
         export.write_policy(tmp_path / "w.toml", prob, {"placement": np.arange(16)}, 0)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("folder,policy", [
+    ("ep-placement-qwen3-chiplet-2x2", "ep-tuned-qwen3-30b-a3b-chiplet-2x2.toml"),
+    ("fsedp-microslices-qwen3-chiplet-2x2", "fsedp-tuned-qwen3-30b-a3b-chiplet-2x2.toml"),
+])
+def test_shipped_checkpoint_reproduces_the_shipped_policy(folder, policy, tmp_path):
+    prob, res = restore(ROOT / "checkpoints" / folder)
+    out = export.write_policy(tmp_path / "p.toml", prob, res.hard, res.step)
+    assert out.read_bytes() == (ROOT / "policies" / policy).read_bytes()

@@ -13,7 +13,7 @@ from moejax.errors import ConfigError
 def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u = sub.add_parser("tune", help="tune a system's parameters by gradient descent (optax), "
                        "with orbax checkpoints")
-    u.add_argument("--system", default="ep", help="policy system key (tunable: ep)")
+    u.add_argument("--system", default="ep", help="system key (tunable: ep, fsedp, wafer)")
     u.add_argument("--hardware", default="chiplet-2x2")
     u.add_argument("--model", default="qwen3-30b-a3b")
     u.add_argument("--policy", default="", help="base policy (default: the system's own)")
@@ -32,10 +32,10 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u.add_argument("--warmup", type=int, default=10)
     u.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip")
     u.add_argument("--tau-start", type=float, default=1.0)
-    u.add_argument("--tau-end", type=float, default=0.05)
+    u.add_argument("--tau-end", type=float, default=0.005)
     u.add_argument("--sim-tau-scale", type=float, default=1.0)
     u.add_argument("--loss", default="mean", help="mean | p99 | throughput")
-    u.add_argument("--init", default="default", help="default | greedy | random")
+    u.add_argument("--init", default="random", help="random | default | greedy")
     u.add_argument("--relaxation", default="expected", help="expected | system")
     u.add_argument("--capacity", type=int, default=0, help="experts per device (0: E/D)")
     u.add_argument("--every", type=positive_int, default=50, help="checkpoint every N steps")

@@ -25,7 +25,7 @@ import numpy as np
 import optax
 
 from moejax import engine
-from moejax.errors import CheckpointError, ConfigError
+from moejax.errors import CheckpointError, ConfigError, UnknownNameError
 from moejax.tune import checkpoint as ck
 from moejax.tune import targets
 from moejax.tune.traces import fixed_popularity, sample_from_popularity
@@ -58,12 +58,12 @@ class TuneConfig:
     warmup: int = 10
     clip: float = 1.0
     tau_start: float = 1.0
-    tau_end: float = 0.05
+    tau_end: float = 0.005
     sim_tau_scale: float = 1.0  # system temperature = sim_tau_scale * family temperature
     loss: str = "mean"
     every: int = 50  # checkpoint interval, steps
     keep: int = 3
-    init: str = "default"
+    init: str = "random"
     relaxation: str = "expected"  # expected: the target's expected-cost form; system: its own
     capacity: int = 0  # experts per device (0: ceil(E / D))
 
@@ -130,6 +130,8 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
     share the traces and the compiled update and simulation."""
     from moejax import api
 
+    if cfg.system not in targets.TARGETS:
+        raise UnknownNameError("tunable system", cfg.system, targets.TARGETS)
     s = api.resolve(cfg.hardware, cfg.model, cfg.policy or cfg.system)
     if s.policy.system != cfg.system:
         raise ConfigError(f"policy {s.policy.name!r} is for system {s.policy.system!r}, "
