@@ -290,3 +290,11 @@ def test_shipped_checkpoint_reproduces_the_shipped_policy(folder, policy, tmp_pa
     prob, res = restore(ROOT / "checkpoints" / folder)
     out = export.write_policy(tmp_path / "p.toml", prob, res.hard, res.step)
     assert out.read_bytes() == (ROOT / "policies" / policy).read_bytes()
+
+
+def test_p99_and_throughput_losses_have_gradients():
+    lat = jnp.linspace(1e-3, 2e-3, 200)
+    g = jax.grad(lambda x: tl.reduce_loss("p99", {"latency_s": x}))(lat)
+    assert float(g[-5:].sum()) > 0 and float(jnp.abs(g[:150]).sum()) == 0.0
+    g = jax.grad(lambda x: tl.reduce_loss("throughput", {"tokens_per_s": x}))(lat * 1e6)
+    assert np.allclose(np.asarray(g), -1e-3 / 200)
