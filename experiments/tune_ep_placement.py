@@ -80,6 +80,13 @@ def main(argv=None) -> int:
     fig.savefig(plots / "latency.png", dpi=120)
 
     ev = res.evaluation
+    # Hydra (000 §VI-A baseline): relocates experts per trace from that trace's own counts,
+    # an oracle for a static placement; same EP layer model
+    from moejax import api
+
+    hydra = api.simulate(cfg.hardware, cfg.model, "hydra", prob.heldout)["latency_s"] * 1e3
+    print(f"hydra (per-trace oracle relocation): mean {hydra.mean():.4f} ms, "
+          f"p99 {np.percentile(hydra, 99):.4f} ms")
     best = min((k for k in ev if k not in ("tuned", "default")),
                key=lambda k: ev[k]["latency_ms"]["mean"])
     t, d, b = (ev[k]["latency_ms"]["mean"] for k in ("tuned", "default", best))
