@@ -179,6 +179,22 @@ def test_interrupted_run_resumes_to_the_same_result(run, tmp_path):
     assert res.hard["placement"].tolist() == full.hard["placement"].tolist()
 
 
+def test_gumbel_sinkhorn_run_resumes_to_the_same_result(tmp_path):
+    cfg = TuneConfig(**{**SMALL, "gumbel": 0.3, "steps": 4})
+    full = tune(cfg, tmp_path / "a", progress=False, evaluate_heldout=False)
+
+    def stop(step, loss):
+        if step == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tune(cfg, tmp_path / "b", progress=False, callback=stop, evaluate_heldout=False)
+    res = tune(cfg, tmp_path / "b", resume=True, progress=False, evaluate_heldout=False)
+    assert res.history == full.history
+    np.testing.assert_array_equal(np.asarray(res.raw["placement"]),
+                                  np.asarray(full.raw["placement"]))
+
+
 def test_existing_or_mismatched_checkpoint_is_refused(run, tmp_path):
     out, _ = run
     with pytest.raises(CheckpointError, match="already holds checkpoints"):

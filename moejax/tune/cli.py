@@ -34,6 +34,8 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u.add_argument("--tau-start", type=float, default=1.0)
     u.add_argument("--tau-end", type=float, default=0.005)
     u.add_argument("--sim-tau-scale", type=float, default=1.0)
+    u.add_argument("--gumbel", type=float, default=0.0,
+                   help="Gumbel-Sinkhorn noise on placement logits while training (0: off)")
     u.add_argument("--loss", default="mean", help="mean | p99 | throughput")
     u.add_argument("--init", default="random", help="random | default | greedy")
     u.add_argument("--relaxation", default="expected", help="expected | system")
@@ -57,7 +59,8 @@ def config_from_args(cls, args):
                tokens=args.tokens, iterations=args.iterations, layers=args.layers,
                seed=args.seed, lr=args.lr, warmup=args.warmup, clip=args.clip,
                tau_start=args.tau_start, tau_end=args.tau_end,
-               sim_tau_scale=args.sim_tau_scale, loss=args.loss, every=args.every,
+               sim_tau_scale=args.sim_tau_scale, gumbel=args.gumbel, loss=args.loss,
+               every=args.every,
                keep=args.keep, init=args.init, relaxation=args.relaxation,
                capacity=args.capacity)
 

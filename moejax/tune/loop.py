@@ -28,6 +28,7 @@ from moejax import engine
 from moejax.errors import CheckpointError, ConfigError, UnknownNameError
 from moejax.tune import checkpoint as ck
 from moejax.tune import targets
+from moejax.tune.params import Placement
 from moejax.tune.traces import fixed_popularity, sample_from_popularity
 
 LOSSES = ("mean", "p99", "throughput")
@@ -60,6 +61,7 @@ class TuneConfig:
     tau_start: float = 1.0
     tau_end: float = 0.005
     sim_tau_scale: float = 1.0  # system temperature = sim_tau_scale * family temperature
+    gumbel: float = 0.0  # Gumbel-Sinkhorn: noise scale added to placement logits while training
     loss: str = "mean"
     every: int = 50  # checkpoint interval, steps
     keep: int = 3
@@ -82,6 +84,8 @@ class TuneConfig:
                 raise ConfigError(f"{k} = {v!r}; allowed: an integer >= 1")
         if self.batch > self.traces:
             raise ConfigError(f"batch = {self.batch}; allowed: <= traces = {self.traces}")
+        if not self.gumbel >= 0:
+            raise ConfigError(f"gumbel = {self.gumbel!r}; allowed: >= 0")
         if not (self.lr > 0 and self.clip > 0 and 0 < self.tau_end <= self.tau_start):
             raise ConfigError("lr, clip > 0 and 0 < tau_end <= tau_start required; got "
                               f"lr={self.lr}, clip={self.clip}, tau_start={self.tau_start}, "
@@ -196,7 +200,11 @@ def make_objective(prob: Problem):
         raise ConfigError("loss = 'throughput' needs relaxation = 'system' (the expected "
                           "form gives MoE-layer latency only)")
 
-    def objective(raw, traces, tau):
+    def objective(raw, traces, tau, key=None):
+        if key is not None and prob.cfg.gumbel > 0:  # Gumbel-Sinkhorn: perturbed logits
+            keys = dict(zip(raw, jax.random.split(key, len(raw)), strict=True))
+            raw = {k: v + prob.cfg.gumbel * jax.random.gumbel(keys[k], v.shape)
+                   if isinstance(setup.families[k], Placement) else v for k, v in raw.items()}
         values = relaxed_values(setup, raw, tau)
         sim_tau = tau * prob.cfg.sim_tau_scale
         if expected:
@@ -217,13 +225,15 @@ def make_update(prob: Problem):
     objective = make_objective(prob)
     opt, cfg, train = prob.optimizer, prob.cfg, prob.train
     k_batch = jax.random.fold_in(jax.random.key(cfg.seed), 2)
+    k_noise = jax.random.fold_in(jax.random.key(cfg.seed), 3)
 
     @jax.jit
     def update(raw, opt_state, step):
         idx = jax.random.permutation(jax.random.fold_in(k_batch, step), cfg.traces)[:cfg.batch]
         batch = jax.tree_util.tree_map(lambda x: x[idx], train)
         tau = tau_at(cfg, step)
-        loss, grads = jax.value_and_grad(objective)(raw, batch, tau)
+        loss, grads = jax.value_and_grad(objective)(raw, batch, tau,
+                                                    jax.random.fold_in(k_noise, step))
         updates, opt_state = opt.update(grads, opt_state, raw)
         return optax.apply_updates(raw, updates), opt_state, loss, optax.tree.norm(grads)
 
@@ -257,7 +267,8 @@ def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bo
             raise CheckpointError(f"{out}: already holds checkpoints (step "
                                   f"{mgr.latest_step()}); pass --resume or another --out")
         saved, meta, step = mgr.restore(ck.flatten_state(raw, opt_state))
-        ck.check_same_run(meta, cfg.spec(), str(out))
+        saved_spec = TuneConfig.from_spec(meta.get("run", {})).spec()  # new fields: defaults
+        ck.check_same_run({"run": saved_spec}, cfg.spec(), str(out))
         raw, opt_state = ck.unflatten_state(saved, opt_state)
         history = list(meta.get("history", []))[:step]
     update = make_update(prob)
