@@ -62,8 +62,8 @@ def main():
     ap.add_argument("--model", default="qwen3-30b-a3b")
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--sizes", default="1,16,256,4096")
-    ap.add_argument("--numpy-traces", type=int, default=64,
-                    help="traces timed for the NumPy loop (its rate is per trace)")
+    ap.add_argument("--numpy-traces", type=int, default=32,
+                    help="traces timed per NumPy round (its rate is per trace)")
     args = ap.parse_args()
     platform, model = load_platform(args.hardware), load_model(args.model)
     cfg = ep.make_config(platform, model)
@@ -80,22 +80,31 @@ def main():
     ids, mask = np.asarray(traces.expert_ids), np.asarray(traces.token_mask)
     counts, place = np.asarray(traces.counts), np.asarray(params.placement)
     n_np = min(args.numpy_traces, max(sizes))
-    t0 = time.perf_counter()
-    np_lat = [numpy_layer_latency(cfg, place, ids[t], mask[t], counts[t]) for t in range(n_np)]
-    np_rate = n_np / (time.perf_counter() - t0)
 
-    print(f"{'traces':>8} {'jax traces/s':>14} {'numpy traces/s':>15} {'ratio':>8}")
-    for n in sizes:
-        sub = traces[:n]
-        out = engine.simulate(system, params, sub, progress=False)  # compile
-        jax.block_until_ready(out)
+    def numpy_rate():
+        t0 = time.perf_counter()
+        lat = [numpy_layer_latency(cfg, place, ids[t], mask[t], counts[t]) for t in range(n_np)]
+        return n_np / (time.perf_counter() - t0), lat
+
+    def jax_rate(sub, n):
         reps = max(1, int(2048 / n))
         t0 = time.perf_counter()
         for _ in range(reps):
             out = engine.simulate(system, params, sub, progress=False)
             jax.block_until_ready(out)
-        rate = n * reps / (time.perf_counter() - t0)
-        print(f"{n:>8} {rate:>14.1f} {np_rate:>15.1f} {rate / np_rate:>7.1f}x")
+        return n * reps / (time.perf_counter() - t0), out
+
+    # The machine is shared: interleave the two and keep each one's best of 3 rounds.
+    print(f"{'traces':>8} {'jax traces/s':>14} {'numpy traces/s':>15} {'ratio':>8}")
+    for n in sizes:
+        sub = traces[:n]
+        jax.block_until_ready(engine.simulate(system, params, sub, progress=False))  # compile
+        best_np, best_jax = 0.0, 0.0
+        for _ in range(3):
+            r_np, np_lat = numpy_rate()
+            r_jax, out = jax_rate(sub, n)
+            best_np, best_jax = max(best_np, r_np), max(best_jax, r_jax)
+        print(f"{n:>8} {best_jax:>14.1f} {best_np:>15.1f} {best_jax / best_np:>7.1f}x")
     same = np.allclose(np.asarray(out["latency_s"])[:n_np], np_lat, rtol=1e-4)
     print(f"vectorized == numpy loop on {n_np} traces: {same}")
 

@@ -19,6 +19,10 @@ from moejax.errors import MoejaxError
 
 PyTree = Any
 
+# Traces per compiled call. On CPU, batches much larger than this fall out of cache (a 4096
+# batch ran 2-4x slower per trace than 512 batches in benchmarks/bench_ep.py).
+DEFAULT_CHUNK = 512
+
 
 @dataclasses.dataclass(frozen=True)
 class System:
@@ -86,23 +90,28 @@ def simulate(
     """Simulate a batch of traces; returns the metrics pytree with a leading `[T]` axis.
 
     sweep: `params` carries a leading `[P]` axis; metrics get `[P, T]` (one vmapped call).
-    chunk_size: traces per compiled call (default: all, up to 4096); a progress bar is shown
-      when there is more than one chunk (or `progress=True`).
+    chunk_size: traces per compiled call (default `DEFAULT_CHUNK`); a progress bar is shown
+      when there are more than 8 chunks (or `progress=True`).
     Traces are sharded over all local devices (`jax.sharding`) when there are several and
     the chunk divides evenly; results are identical to the single-device run.
     """
     n = batch_size(traces)
     key = jax.random.key(0) if key is None else key
     keys = jax.random.split(key, n)
-    chunk = min(n, chunk_size or 4096)
+    chunk = min(n, chunk_size or DEFAULT_CHUNK)
     fn = _compiled(system, sweep)
     starts = range(0, n, chunk)
-    show = progress if progress is not None else len(starts) > 1
+    if len(starts) > 1:  # slice on host: a jax slice per new offset would compile each time
+        traces = jax.tree_util.tree_map(np.asarray, traces)
+        keys = np.asarray(jax.random.key_data(keys))
+    show = progress if progress is not None else len(starts) > 8
     results = []
     with _progress(show, len(starts), system.name) as advance:
         for s in starts:
             tr = jax.tree_util.tree_map(lambda x, s=s: x[s : s + chunk], traces)
             ks = keys[s : s + chunk]
+            if isinstance(ks, np.ndarray):
+                ks = jax.random.wrap_key_data(ks)
             tr, ks = _shard(tr, ks)
             results.append(fn(params, tr, ks))
             advance()

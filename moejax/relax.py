@@ -2,9 +2,10 @@
 
 Every discrete decision of a system (max / min over devices, a threshold comparison, an
 argmax assignment, rounding an integer count) goes through here, so one step function
-serves exact evaluation and gradient-based tuning. `tau` may be a Python float or a traced
-scalar (for temperature schedules); the hard branch is selected with `jnp.where`, and the
-smooth branch is evaluated with a safe temperature so it never produces NaNs or NaN grads.
+serves exact evaluation and gradient-based tuning. `tau` may be a Python float (the branch is
+chosen statically) or a traced scalar (temperature schedules, `lax.cond`, so hard mode does
+not pay for the smooth branch); the smooth branch always sees a safe positive temperature,
+so neither branch produces NaNs or NaN gradients.
 """
 
 from __future__ import annotations
@@ -13,17 +14,20 @@ import jax
 import jax.numpy as jnp
 
 
-def _safe(tau):
+def _choose(tau, hard_fn, soft_fn):
+    """hard_fn() if tau == 0 else soft_fn(t): statically for Python numbers, by `lax.cond`
+    for a traced scalar (so hard mode skips the smooth branch's exp / log; under a vmap
+    with a batched tau it becomes a select)."""
+    if isinstance(tau, (int, float)):
+        return soft_fn(jnp.float32(tau)) if tau > 0 else hard_fn()
     tau = jnp.asarray(tau, jnp.float32)
-    return tau, jnp.where(tau > 0, tau, 1.0)
+    return jax.lax.cond(tau > 0, lambda: soft_fn(jnp.where(tau > 0, tau, 1.0)), hard_fn)
 
 
 def max(x, tau=0.0, axis=-1):  # noqa: A001 - mirrors jnp.max
     """max over `axis`; for tau > 0, tau * logsumexp(x / tau) (an upper bound, -> max)."""
-    tau, t = _safe(tau)
-    hard = jnp.max(x, axis=axis)
-    soft = t * jax.nn.logsumexp(x / t, axis=axis)
-    return jnp.where(tau > 0, soft, hard)
+    return _choose(tau, lambda: jnp.max(x, axis=axis),
+                   lambda t: t * jax.nn.logsumexp(x / t, axis=axis))
 
 
 def min(x, tau=0.0, axis=-1):  # noqa: A001
@@ -33,8 +37,7 @@ def min(x, tau=0.0, axis=-1):  # noqa: A001
 
 def maximum(a, b, tau=0.0):
     """Elementwise max of two arrays; smooth = tau * logaddexp(a / tau, b / tau)."""
-    tau, t = _safe(tau)
-    return jnp.where(tau > 0, t * jnp.logaddexp(a / t, b / t), jnp.maximum(a, b))
+    return _choose(tau, lambda: jnp.maximum(a, b), lambda t: t * jnp.logaddexp(a / t, b / t))
 
 
 def minimum(a, b, tau=0.0):
@@ -44,14 +47,12 @@ def minimum(a, b, tau=0.0):
 
 def relu(x, tau=0.0):
     """max(x, 0); smooth = tau * softplus(x / tau)."""
-    tau, t = _safe(tau)
-    return jnp.where(tau > 0, t * jax.nn.softplus(x / t), jnp.maximum(x, 0.0))
+    return _choose(tau, lambda: jnp.maximum(x, 0.0), lambda t: t * jax.nn.softplus(x / t))
 
 
 def step(x, tau=0.0):
     """Heaviside 1[x > 0] as float; smooth = sigmoid(x / tau)."""
-    tau, t = _safe(tau)
-    return jnp.where(tau > 0, jax.nn.sigmoid(x / t), (x > 0).astype(jnp.float32))
+    return _choose(tau, lambda: (x > 0).astype(jnp.float32), lambda t: jax.nn.sigmoid(x / t))
 
 
 def positive(x, tau=0.0):
@@ -60,8 +61,7 @@ def positive(x, tau=0.0):
     For "is this expert used at all" (its weights must be loaded once if so): unlike
     `step`, the relaxed form does not charge half a load to an unused expert.
     """
-    tau, t = _safe(tau)
-    return jnp.where(tau > 0, x / (x + t), (x > 0).astype(jnp.float32))
+    return _choose(tau, lambda: (x > 0).astype(jnp.float32), lambda t: x / (x + t))
 
 
 def where(cond_x, a, b, tau=0.0):
@@ -72,10 +72,12 @@ def where(cond_x, a, b, tau=0.0):
 
 def argmax_onehot(x, tau=0.0, axis=-1):
     """One-hot of the argmax along `axis` (first on ties); smooth = softmax(x / tau)."""
-    tau, t = _safe(tau)
-    hard = jax.nn.one_hot(jnp.argmax(x, axis=axis), x.shape[axis], axis=axis, dtype=jnp.float32)
-    soft = jax.nn.softmax(x / t, axis=axis)
-    return jnp.where(tau > 0, soft, hard)
+    return _choose(
+        tau,
+        lambda: jax.nn.one_hot(jnp.argmax(x, axis=axis), x.shape[axis], axis=axis,
+                               dtype=jnp.float32),
+        lambda t: jax.nn.softmax(x / t, axis=axis),
+    )
 
 
 def argmin_onehot(x, tau=0.0, axis=-1):
@@ -89,8 +91,7 @@ def round(x, tau=0.0):  # noqa: A001
     Used for integer knobs (micro-slice counts, pipeline numbers): a relaxed system reads a
     fractional count as an interpolation between its floor and ceiling.
     """
-    tau = jnp.asarray(tau, jnp.float32)
-    return jnp.where(tau > 0, x, jnp.round(x))
+    return _choose(tau, lambda: jnp.round(x), lambda t: x)
 
 
 def sinkhorn(logits, tau=1.0, row_sums=None, col_sums=None, iters=50):

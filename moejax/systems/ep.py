@@ -137,9 +137,13 @@ def layer_demand(cfg: EPConfig, params: EPParams, expert_ids, token_mask, counts
     place = params.placement.astype(jnp.float32)
     tokens_de = (counts[:, None] * place).T  # [D, E]
     if expert_ids.shape[0] > 0:
-        owner = jax.nn.one_hot(token_owner(cfg, expert_ids.shape[0]), d)  # [N, D]
-        routed = jax.nn.one_hot(expert_ids, m.num_experts).sum(-2) * token_mask[:, None]
-        src_e = owner.T @ routed  # [D, E] tokens each device sends to each expert
+        # [D, E] tokens each device sends to each expert: one scatter-add of the (token,
+        # choice) pairs (padding has id -1 and mask False: it adds 0 out of bounds-safe)
+        owner = jnp.asarray(token_owner(cfg, expert_ids.shape[0]), jnp.int32)
+        flat = owner[:, None] * m.num_experts + jnp.maximum(expert_ids, 0)
+        w = (token_mask[:, None] & (expert_ids >= 0)).astype(jnp.float32)
+        src_e = (jnp.zeros(d * m.num_experts).at[flat.ravel()].add(w.ravel())
+                 .reshape(d, m.num_experts))
     else:
         src_e = jnp.broadcast_to(counts / d, (d, m.num_experts))
     traffic = (src_e @ place) * m.token_bytes  # [D(src), D(dst)]
