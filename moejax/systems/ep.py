@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from moejax import relax
+from moejax import ops, relax
 from moejax.engine import System
 from moejax.errors import ConfigError
 from moejax.hardware import Platform
@@ -137,13 +137,12 @@ def layer_demand(cfg: EPConfig, params: EPParams, expert_ids, token_mask, counts
     place = params.placement.astype(jnp.float32)
     tokens_de = (counts[:, None] * place).T  # [D, E]
     if expert_ids.shape[0] > 0:
-        # [D, E] tokens each device sends to each expert: one scatter-add of the (token,
-        # choice) pairs (padding has id -1 and mask False: it adds 0 out of bounds-safe)
+        # [D, E] tokens each device sends to each expert: one histogram of the (token,
+        # choice) pairs (padding has id -1 and mask False: it adds 0)
         owner = jnp.asarray(token_owner(cfg, expert_ids.shape[0]), jnp.int32)
         flat = owner[:, None] * m.num_experts + jnp.maximum(expert_ids, 0)
         w = (token_mask[:, None] & (expert_ids >= 0)).astype(jnp.float32)
-        src_e = (jnp.zeros(d * m.num_experts).at[flat.ravel()].add(w.ravel())
-                 .reshape(d, m.num_experts))
+        src_e = ops.bincount(flat, w, d * m.num_experts).reshape(d, m.num_experts)
     else:
         src_e = jnp.broadcast_to(counts / d, (d, m.num_experts))
     traffic = (src_e @ place) * m.token_bytes  # [D(src), D(dst)]

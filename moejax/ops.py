@@ -1,0 +1,52 @@
+"""Array primitives whose batched form JAX's default vmap rule makes slow on CPU.
+
+`bincount` is a weighted histogram of integer keys. Under `vmap`, a scatter-add becomes a
+batched scatter (an operand batch dimension per vmap), which XLA's CPU backend runs about
+2.5x slower than one flat scatter over `[batch * length]` bins; the `custom_vmap` rule below
+offsets each batch row's keys into its own bin range and scatters once. Nested vmaps
+(params x traces) recurse into the same rule, so they stay one flat scatter too.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import custom_batching
+
+
+@functools.cache
+def _bincount(length: int):
+    @custom_batching.custom_vmap
+    def f(keys, weights):
+        keys = jnp.where(keys < 0, length, keys)  # negative keys would wrap around
+        return jnp.zeros(length, weights.dtype).at[keys].add(weights, mode="drop")
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, keys, weights):
+        keys_b, w_b = in_batched
+        if not keys_b:
+            keys = jnp.broadcast_to(keys, (axis_size, *keys.shape))
+        if not w_b:
+            weights = jnp.broadcast_to(weights, (axis_size, *weights.shape))
+        # out-of-range keys must still be dropped, not spill into the next row's bins
+        ok = (keys >= 0) & (keys < length)
+        offset = jnp.arange(axis_size, dtype=keys.dtype).reshape((-1,) + (1,) * (keys.ndim - 1))
+        flat = jnp.where(ok, keys + offset * length, axis_size * length)
+        out = _bincount(axis_size * length)(flat.ravel(), weights.ravel())
+        return out.reshape(axis_size, length), True
+
+    return f
+
+
+def bincount(keys: jax.Array, weights: jax.Array, length: int) -> jax.Array:
+    """[length] sums of `weights` per integer key (keys outside [0, length) are dropped).
+
+    Same as `jnp.zeros(length).at[keys].add(weights, mode="drop")` (keys and weights of one
+    shape), with a fast batched form under `vmap`. Not differentiable in `weights`
+    (use it for counts derived from routing, not for quantities that carry gradients).
+    """
+    keys = jnp.asarray(keys)
+    weights = jnp.broadcast_to(jnp.asarray(weights), keys.shape)
+    return _bincount(int(length))(keys.ravel(), weights.ravel())
