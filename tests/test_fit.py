@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import jax
 import numpy as np
@@ -51,6 +52,24 @@ def test_exponential_is_matched_in_skew_too(powerlaw_fit):
     assert np.max(np.abs(ev["skew_rel_err"])) <= 0.15
 
 
+def test_lognormal_popularity_is_the_expected_quantile_shape_and_is_recovered():
+    e, sigma = SHAPE["num_experts"], 0.8
+    z = np.array([statistics.NormalDist().inv_cdf(1 - (r + 0.5) / e) for r in range(e)])
+    want = np.exp(sigma * z) / np.exp(sigma * z).sum()
+    p = np.asarray(gen.popularity(f"lognormal:sigma={sigma}", jax.random.key(3),
+                                  iterations=2, layers=3, num_experts=e))
+    np.testing.assert_allclose(-np.sort(-p, axis=-1), np.broadcast_to(want, p.shape),
+                               rtol=1e-4)
+    assert len({tuple(np.argsort(p[0, layer])) for layer in range(3)}) > 1  # shuffled
+    res = fit.fit(recording(f"lognormal:sigma={sigma}"), ("lognormal",),
+                  compare_papers=False)
+    r = res["families"]["lognormal"]
+    sigmas = [gen.parse_spec(s)["sigma"] for s in r["layers"]]
+    np.testing.assert_allclose(sigmas, sigma, rtol=0.15)
+    assert r["verdict"]["skew_max_abs_err"] <= 0.10
+    assert r["verdict"]["curve_max_abs_err"] <= 0.05
+
+
 def test_skew_is_monotone_so_inversion_is_exact():
     values = np.array([0.5, 1.0, 1.5, 2.0])
     sim = np.array([1.2, 2.0, 3.5, 5.0])
@@ -68,7 +87,7 @@ def test_drift_needs_iterations_and_counts_only_fits(powerlaw_fit):
     assert res["paper_specs"] == {}
     v = res["families"]["powerlaw"]["verdict"]
     assert v["skew_max_abs_err"] <= 0.10
-    with pytest.raises(ConfigError, match="powerlaw, exponential, normal, drift"):
+    with pytest.raises(ConfigError, match="powerlaw, exponential, normal, lognormal, drift"):
         fit.fit_family(tr, "zipf")
 
 

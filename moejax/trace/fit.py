@@ -38,7 +38,7 @@ from moejax.trace.analysis import (
 )
 from moejax.trace.core import Trace
 
-FIT_FAMILIES = ("powerlaw", "exponential", "normal", "drift")
+FIT_FAMILIES = ("powerlaw", "exponential", "normal", "lognormal", "drift")
 FIT_FORMAT = 1
 _ACT_MS = (2, 4, 8, 16, 32, 64)
 _REPLICAS = 12  # generated layers averaged per grid point (normal and drift draw
@@ -51,6 +51,7 @@ _GRIDS = {
     "powerlaw": ("alpha", np.geomspace(0.05, 4.0, 32)),
     "exponential": ("scale", np.geomspace(0.01, 10.0, 32)),
     "normal": ("std", np.linspace(0.0, 0.3, 41)),
+    "lognormal": ("sigma", np.linspace(0.0, 3.0, 41)),
 }
 _DRIFT_SCALE = np.geomspace(0.3, 2.0, 8)
 _DRIFT_NOISE = np.array([0.0, 0.3, 0.6, 0.9, 1.3])

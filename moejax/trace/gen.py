@@ -87,6 +87,7 @@ FAMILIES: dict[str, dict[str, _Param]] = {
         "std": _Param("float", 0.032, _ge0, ">= 0"),
         "floor": _Param("float", 1e-4, _gt0, "> 0"),
     },
+    "lognormal": {"sigma": _Param("float", 1.0, _ge0, ">= 0")},
     "drift": {
         "rho": _Param("float", 0.8, _unit_open, "in [0, 1)"),
         "scale": _Param("float", 1.0, _ge0, ">= 0"),
@@ -278,6 +279,21 @@ def _popularity_normal(st, fl, key, iterations, layers, num_experts):
     return jnp.broadcast_to(jnp.log(p), (iterations, layers, e))
 
 
+def _popularity_lognormal(st, fl, key, iterations, layers, num_experts):
+    """Lognormal popularity at expected quantiles, p(rank r) ∝ exp(sigma * z_r).
+
+    z_r = Φ^-1(1 - (r + 1/2) / E): the rank-r quantile of a standard normal, so the load of
+    the experts is a lognormal sample "of expected shape" (the softmax of normal logits,
+    as `drift` draws them, without drawing them): flat at the head, steep at the tail,
+    which the recorded ESFT layers show and rank^-alpha / exp(-r) do not (docs/traces.md).
+    Deterministic in sigma, so a layer's skew is too. Ranks are shuffled per layer.
+    """
+    r = jnp.arange(num_experts, dtype=jnp.float32)
+    z = jax.scipy.special.ndtri(1.0 - (r + 0.5) / num_experts)
+    log_w = jax.nn.log_softmax(fl["sigma"] * z)
+    return jnp.broadcast_to(_ranked(key, layers, log_w), (iterations, layers, num_experts))
+
+
 def scenario_of_iteration(spec: GenSpec, iterations: int) -> np.ndarray:
     """Active scenario of each iteration of a `drift` spec, int [I].
 
@@ -334,6 +350,7 @@ _POPULARITY = {
     "powerlaw": _popularity_powerlaw,
     "exponential": _popularity_exponential,
     "normal": _popularity_normal,
+    "lognormal": _popularity_lognormal,
     "drift": _popularity_drift,
 }
 
