@@ -19,9 +19,16 @@ from moejax.errors import MoejaxError
 
 PyTree = Any
 
-# Traces per compiled call. On CPU, batches much larger than this fall out of cache (a 4096
-# batch ran 2-4x slower per trace than 512 batches in benchmarks/bench_ep.py).
-DEFAULT_CHUNK = 512
+# Traces per compiled call. On CPU, batches much larger than 512 fall out of cache (a 4096
+# batch ran 2-4x slower per trace than 512 batches in benchmarks/bench_ep.py); an
+# accelerator wants large batches to fill its cores.
+DEFAULT_CHUNK = {"cpu": 512}
+DEFAULT_CHUNK_ACCELERATOR = 16384
+
+
+def default_chunk() -> int:
+    """Traces per compiled call for the default backend (see `DEFAULT_CHUNK`)."""
+    return DEFAULT_CHUNK.get(jax.default_backend(), DEFAULT_CHUNK_ACCELERATOR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +97,7 @@ def simulate(
     """Simulate a batch of traces; returns the metrics pytree with a leading `[T]` axis.
 
     sweep: `params` carries a leading `[P]` axis; metrics get `[P, T]` (one vmapped call).
-    chunk_size: traces per compiled call (default `DEFAULT_CHUNK`); a progress bar is shown
+    chunk_size: traces per compiled call (default `default_chunk()`); a progress bar is shown
       when there are more than 8 chunks (or `progress=True`).
     Traces are sharded over all local devices (`jax.sharding`) when there are several and
     the chunk divides evenly; results are identical to the single-device run.
@@ -98,7 +105,7 @@ def simulate(
     n = batch_size(traces)
     key = jax.random.key(0) if key is None else key
     keys = jax.random.split(key, n)
-    chunk = min(n, chunk_size or DEFAULT_CHUNK)
+    chunk = min(n, chunk_size or default_chunk())
     fn = _compiled(system, sweep)
     starts = range(0, n, chunk)
     if len(starts) > 1:  # slice on host: a jax slice per new offset would compile each time
