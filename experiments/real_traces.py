@@ -85,7 +85,8 @@ def main(argv=None) -> int:
         if name.endswith("_top1_pairs"):
             results[name] = entry
             continue
-        fams = fit.FIT_FAMILIES if tr.has_tokens else ("powerlaw", "exponential", "normal")
+        fams = fit.FIT_FAMILIES if tr.has_tokens else ("powerlaw", "exponential", "normal",
+                                                         "lognormal")
         t0 = time.perf_counter()
         res = fit.fit(tr, fams, key=key)
         entry["fit_s"] = time.perf_counter() - t0
