@@ -314,3 +314,123 @@ def test_p99_and_throughput_losses_have_gradients():
     assert float(g[-5:].sum()) > 0 and float(jnp.abs(g[:150]).sum()) == 0.0
     g = jax.grad(lambda x: tl.reduce_loss("throughput", {"tokens_per_s": x}))(lat * 1e6)
     assert np.allclose(np.asarray(g), -1e-3 / 200)
+
+
+# --- FSE-DP Algorithm 2 knobs: theta_min, slack (soft Algorithm 2 and the lattice form) ----
+
+FSEDP_BUF = dict(system="fsedp", policy="fsedp-buffered", hardware="chiplet-2x2",
+                 model="phi-3.5-moe", params=("theta_min", "slack"), steps=4, traces=4,
+                 batch=2, eval_traces=4, tokens=16, iterations=6, layers=1, every=2,
+                 warmup=1, trace_gen="powerlaw:alpha=1.2", relaxation="system")
+
+
+def _buffer_run(cfg, tr, theta, slack, tau):
+    """Algorithm 2 over the iterations of one trace (lax.scan): per-iteration tokens per
+    layer [I, L, D, E], completed tokens [I] and deferrals [I]."""
+    from moejax.systems.fsedp import buffering
+    from moejax.systems.fsedp.config import FSEDPParams
+
+    params = FSEDPParams(theta_min=theta, slack=slack, tau=tau)
+
+    def body(bs, x):
+        ids, mask = x
+        tok_r, size_r = buffering.tokens_per_request(cfg, ids, mask)
+        tok_l, done, dfr, bs = buffering.plan_iteration(cfg, bs, tok_r, size_r, True, params)
+        return bs, (tok_l, done, dfr)
+
+    bs = buffering.init_state(cfg, tr.expert_ids.shape[1])
+    return jax.lax.scan(body, bs, (tr.expert_ids, tr.token_mask))[1]
+
+
+@pytest.fixture(scope="module")
+def buf_case():
+    from moejax.systems import fsedp
+
+    s = api.resolve("chiplet-2x2", "phi-3.5-moe", "fsedp-buffered")
+    cfg = fsedp.make_config(s.platform, s.model, ablation="A5", slack=0.5, theta_min=3.0,
+                            num_requests=4)
+    pop = fixed_popularity("powerlaw:alpha=1.2", jax.random.key(3), iterations=8, layers=2,
+                           num_experts=16)
+    tr = sample_from_popularity(pop, jax.random.key(4), num_traces=1, tokens=32, top_k=2)
+    return cfg, jax.tree_util.tree_map(lambda x: x[0], tr)
+
+
+def test_soft_algorithm2_tends_to_hard_as_tau_goes_to_zero(buf_case):
+    cfg, tr = buf_case
+    run = jax.jit(lambda th, sl, tau: _buffer_run(cfg, tr, th, sl, tau))
+    # traced knobs at their config values, hard: the same as the static config
+    hard = run(jnp.float32(3.0), jnp.float32(0.5), 0.0)
+    static = jax.jit(lambda: _buffer_run(cfg, tr, None, None, 0.0))()
+    for a, b in zip(hard, static, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert float(hard[2].sum()) > 0  # the case defers something
+    hard = run(jnp.float32(2.5), jnp.float32(0.45), 0.0)  # off the integer ties
+    errs = []
+    for tau in (1.0, 0.1, 0.01, 1e-3, 1e-4):
+        soft = run(jnp.float32(2.5), jnp.float32(0.45), tau)
+        errs.append(max(float(jnp.abs(a - b).max()) for a, b in zip(soft, hard, strict=True)))
+    assert errs[0] > 0.1 and errs[-1] < 1e-3, errs
+    assert all(b <= a + 1e-6 for a, b in zip(errs, errs[1:], strict=False)), errs
+
+
+def test_theta_min_and_slack_gradients_match_finite_differences(buf_case):
+    cfg, tr = buf_case
+    w = jax.random.uniform(jax.random.key(5), (8, 2, 4, 16))
+
+    def cost(theta, slack):  # a smooth read-out of everything Algorithm 2 decides
+        tok_l, done, dfr = _buffer_run(cfg, tr, theta, slack, 0.7)
+        return (tok_l * w).sum() + 0.3 * done.sum() - 2.0 * dfr.sum()
+
+    with jax.enable_x64(True):
+        w = w.astype(jnp.float64)
+        f = jax.jit(cost)
+        g = jax.grad(f, argnums=(0, 1))(jnp.float64(2.6), jnp.float64(0.45))
+        assert abs(float(g[0])) > 1e-3 and abs(float(g[1])) > 1e-3  # both knobs matter
+        check_grads(f, (jnp.float64(2.6), jnp.float64(0.45)), order=1, modes=["rev"],
+                    eps=1e-4, atol=1e-3, rtol=1e-3)
+
+
+def test_lattice_form_is_hard_at_integers_and_its_gradient_is_the_hard_difference():
+    cfg = TuneConfig(**{**FSEDP_BUF, "params": ("num_microslices", "theta_min"),
+                        "relaxation": "lattice", "policy": "fsedp-buffered"})
+    prob = tl.build_problem(cfg)
+    setup = prob.setup
+    objective = tl.make_objective(prob)
+    train = jax.tree_util.tree_map(lambda x: x[:2], prob.train)
+    vg = jax.jit(jax.value_and_grad(
+        lambda m, th: objective({"num_microslices": m, "theta_min": th}, train, 0.1),
+        argnums=(0, 1)))  # one compile: the runs are constants, the gradient is cheap
+
+    def f(m, th):
+        return vg(m, th)[0]
+
+    m_knob, th_knob = setup.families["num_microslices"], setup.families["theta_min"]
+    sim = tl.evaluate_values(prob, {"num_microslices": 40, "theta_min": 5},
+                             train)["latency_s"].mean() * 1e3
+    assert float(f(m_knob.init(None, 40), th_knob.init(None, 5))) == pytest.approx(sim,
+                                                                                   rel=1e-5)
+    # inside a cell the loss is multilinear in the values: gradient = finite difference
+    m, th = m_knob.init(None, 40.4), th_knob.init(None, 1.5)
+    g = vg(m, th)[1]
+    assert float(g[1]) < -1e-3  # theta 2 defers (1 does not) and shortens the layers here
+    for i, h in ((0, 1e-3), (1, 1e-3)):
+        d = [jnp.float32(h) if j == i else jnp.float32(0.0) for j in range(2)]
+        fd = (float(f(m + d[0], th + d[1])) - float(f(m - d[0], th - d[1]))) / (2 * h)
+        assert float(g[i]) == pytest.approx(fd, rel=2e-2, abs=1e-3), (i, float(g[i]), fd)
+    with pytest.raises(ConfigError, match="integer knobs only"):
+        tl.make_objective(tl.build_problem(TuneConfig(**{**FSEDP_BUF, "relaxation": "lattice"})))
+
+
+def test_theta_min_needs_a_buffering_policy_and_exports_a_loadable_policy(tmp_path):
+    with pytest.raises(ConfigError, match="token buffering"):
+        tl.build_problem(TuneConfig(**{**FSEDP_BUF, "policy": "fsedp"}), traces=False)
+    prob = tl.build_problem(TuneConfig(**FSEDP_BUF))
+    hard = {"theta_min": 5, "slack": 0.5}
+    pol = export.write_policy(tmp_path / "t.toml", prob, hard, 0)
+    opts = dict(load_policy(str(pol)).options)
+    assert (opts["theta_min"], opts["slack"], opts["ablation"]) == (5.0, 0.5, "A5")
+    sim = api.simulate("chiplet-2x2", "phi-3.5-moe", str(pol), prob.heldout)
+    ev = tl.evaluate_values(prob, hard)
+    np.testing.assert_array_equal(sim["latency_s"], ev["latency_s"])
+    assert ev["latency_s"].mean() != tl.evaluate_values(prob, {"theta_min": 0, "slack": 0.5})[
+        "latency_s"].mean()  # the threshold changes the hard result on these traces

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from pathlib import Path
 
 import jax
@@ -28,11 +29,11 @@ from moejax import engine
 from moejax.errors import CheckpointError, ConfigError, UnknownNameError
 from moejax.tune import checkpoint as ck
 from moejax.tune import targets
-from moejax.tune.params import Placement
+from moejax.tune.params import IntegerKnob, Placement
 from moejax.tune.traces import fixed_popularity, sample_from_popularity
 
 LOSSES = ("mean", "p99", "throughput")
-RELAXATIONS = ("expected", "system")
+RELAXATIONS = ("expected", "system", "lattice")
 INITS = ("default", "greedy", "random")
 
 
@@ -66,7 +67,9 @@ class TuneConfig:
     every: int = 50  # checkpoint interval, steps
     keep: int = 3
     init: str = "random"
-    relaxation: str = "expected"  # expected: the target's expected-cost form; system: its own
+    # expected: the target's expected-cost form; system: its own relaxed mode; lattice:
+    # multilinear interpolation of hard runs at the integer neighbours (integer knobs only)
+    relaxation: str = "expected"
     capacity: int = 0  # experts per device (0: ceil(E / D))
 
     def __post_init__(self):
@@ -196,6 +199,12 @@ def make_objective(prob: Problem):
     """loss(raw, traces, tau) of the relaxed system on a batch of traces, plus penalties."""
     setup, kind = prob.setup, prob.cfg.loss
     expected = prob.cfg.relaxation == "expected" and setup.expected is not None
+    lattice = prob.cfg.relaxation == "lattice"
+    if lattice:
+        bad = [k for k, f in setup.families.items() if not isinstance(f, IntegerKnob)]
+        if bad:
+            raise ConfigError(f"relaxation = 'lattice' interpolates integer knobs only; "
+                              f"{', '.join(bad)} is not one (use relaxation = 'system')")
     if expected and kind == "throughput":
         raise ConfigError("loss = 'throughput' needs relaxation = 'system' (the expected "
                           "form gives MoE-layer latency only)")
@@ -209,6 +218,8 @@ def make_objective(prob: Problem):
         sim_tau = tau * prob.cfg.sim_tau_scale
         if expected:
             out = {"latency_s": setup.expected(values, traces, sim_tau)}
+        elif lattice:
+            out = lattice_metrics(setup, values, traces)
         else:
             params = setup.apply(setup.base, values, sim_tau)
             keys = jax.random.split(jax.random.key(0), engine.batch_size(traces))
@@ -218,6 +229,38 @@ def make_objective(prob: Problem):
         return reduce_loss(kind, out) + pen
 
     return objective
+
+
+def lattice_metrics(setup: targets.Setup, values: dict, traces) -> dict:
+    """Per-trace latency_s / tokens_per_s [T] of the integer knobs `values` (fractional) as
+    the multilinear interpolation of hard-mode runs (tau = 0, the exact system) at the 2^k
+    integer corners around them: `params.interpolate` in k dimensions. The runs are
+    constants of the gradient (no backpropagation through the simulation): the gradient is
+    the difference of the hard system between neighbouring integers, weighted by position.
+    Exact at integer values; temperature-free.
+
+    Why (docs/tuning.md): FSE-DP's layer reads an expert as present or absent (tok > 0), so
+    the soft Algorithm 2 (relaxation 'system') defers fractions of requests that never
+    remove an expert's weight load; its gradient misses the effect theta_min has in hard
+    mode. Here the hard effect is measured, not relaxed."""
+    names = list(values)
+    lo = {k: jax.lax.stop_gradient(jnp.floor(values[k])) for k in names}
+    frac = {k: values[k] - lo[k] for k in names}
+    corners = list(itertools.product((0.0, 1.0), repeat=len(names)))
+    weights = jnp.stack([functools.reduce(
+        lambda a, b: a * b, [frac[k] if c else 1.0 - frac[k] for k, c in zip(names, cs,
+                                                                          strict=True)],
+        jnp.float32(1.0)) for cs in corners])  # [C]
+    ps = [setup.apply(setup.base, {k: lo[k] + c for k, c in zip(names, cs, strict=True)},
+                      0.0) for cs in corners]
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *ps).replace(
+        tau=jnp.float32(0.0))
+    axes = jax.tree_util.tree_map(lambda _: 0, stacked).replace(tau=None)
+    keys = jax.random.split(jax.random.key(0), engine.batch_size(traces))
+    runs = jax.vmap(lambda p: jax.vmap(lambda tr, k: engine.run_one(setup.system, p, tr, k))(
+        traces, keys), in_axes=(axes,))(stacked)
+    return {m: jnp.tensordot(weights, jax.lax.stop_gradient(runs[m]), 1)
+            for m in ("latency_s", "tokens_per_s")}
 
 
 @functools.lru_cache(maxsize=8)

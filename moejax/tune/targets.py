@@ -140,31 +140,73 @@ def _ep_expected(cfg, base, values, traces, tau):
 MAX_MICROSLICES = 16  # 000 §VI-D: latency vs count improves then worsens, "below 10 is preferred"
 
 
+# Coarse hard-mode grids of the Algorithm 2 knobs (the exhaustive baseline of the issue).
+THETA_GRID = (0, 1, 2, 3, 4, 6, 8, 12, 16)  # tokens
+SLACK_GRID = (0.1, 0.2, 0.3, 0.5, 1.0)  # 000 §VI-A uses 10 / 20 / 30 %
+THETA_RANGE = (0, 16)
+SLACK_RANGE = (0.05, 1.0)
+GRID_POINTS = 12  # micro-slice counts on the grid (every integer when the range is <= 12)
+
+
+def microslice_range(lo: int) -> tuple[int, int]:
+    """[lo, hi] of the micro-slice knob: up to 16 (000 §VI-D), or 2 lo when the buffer
+    already forces more (a big expert, e.g. phi-3.5-moe on chiplet-2x2 needs >= 38)."""
+    return lo, (MAX_MICROSLICES if lo < MAX_MICROSLICES else 2 * lo)
+
+
 def _fsedp_setup(platform, model, policy, num_iterations, names, capacity=0) -> Setup:
     """FSE-DP (moejax.systems.fsedp): the micro-slice count per expert (000 §IV-C, §VI-D),
-    an integer in [buffer minimum, 16]; the system reads it through relax.round (a
-    fractional count at tau > 0). theta_min and the QoS slack are static config in the
-    system (no gradient path), so they are not tunable here."""
+    an integer in `microslice_range` read through relax.round (a fractional count at
+    tau > 0); and Algorithm 2's cold-expert threshold theta_min and QoS slack (in [0.05, 1]),
+    traced `FSEDPParams` fields that `buffering.plan_iteration` compares through relax.step
+    (a policy with token buffering, e.g. `fsedp-buffered`). theta_min is an integer knob in
+    [0, 16] tokens: token counts are integers, so a real threshold acts as its ceiling and
+    nothing is lost; relaxed, it is the fractional value the soft comparisons read.
+
+    Baselines: the hard-mode grid over the tuned families (GRID_POINTS micro-slice counts,
+    THETA_GRID, SLACK_GRID; the product when several are tuned)."""
+    import itertools
+
     from moejax.systems.fsedp import config as fcfg
     from moejax.systems.fsedp import system as fsys
 
     system, base = fsys.from_policy(platform, model, policy.options_table(), num_iterations)
     opts, _, _ = fsys._read_options(policy.options_table())
-    lo = max(1, fcfg.min_microslices(fcfg.make_config(platform, model, **opts)))
-    knob = fam.IntegerKnob("num_microslices", lo, max(MAX_MICROSLICES, lo + 1))
+    cfg = fcfg.make_config(platform, model, **opts)
+    if ({"theta_min", "slack"} & set(names)) and not cfg.token_buffering:
+        raise ConfigError(f"param theta_min / slack: policy {policy.name!r} has no token "
+                          "buffering (Algorithm 2); use a policy with ablation = 'A5', e.g. "
+                          "--policy fsedp-buffered")
+    lo, hi = microslice_range(max(1, fcfg.min_microslices(cfg)))
+    every = {"num_microslices": fam.IntegerKnob("num_microslices", lo, hi),
+             "theta_min": fam.IntegerKnob("theta_min", *THETA_RANGE),
+             "slack": fam.Threshold("slack", *SLACK_RANGE)}
+    families = {k: every[k] for k in names}
+    defaults = {"num_microslices": int(round(float(base.num_microslices))),
+                "theta_min": int(np.ceil(cfg.theta_min)), "slack": float(cfg.slack)}
+    m_axis = np.unique(np.round(np.linspace(lo, hi, min(GRID_POINTS, hi - lo + 1))))
+    axes = {"num_microslices": [int(m) for m in m_axis],
+            "theta_min": list(THETA_GRID), "slack": list(SLACK_GRID)}
 
     def apply(base, values, tau):
-        m = values.get("num_microslices", base.num_microslices)
-        return base.replace(num_microslices=jnp.asarray(m, jnp.float32),
-                            tau=jnp.asarray(tau, jnp.float32))
+        get = lambda k: jnp.asarray(values.get(k, defaults[k]), jnp.float32)  # noqa: E731
+        return base.replace(num_microslices=get("num_microslices"), theta_min=get("theta_min"),
+                            slack=get("slack"), tau=jnp.asarray(tau, jnp.float32))
 
     def grid():
-        return {f"grid m={m}": {"num_microslices": m} for m in range(knob.lo, knob.hi + 1)}
+        keys = list(families)
+        short = {"num_microslices": "m", "theta_min": "theta", "slack": "slack"}
+        out = {}
+        for combo in itertools.product(*(axes[k] for k in keys)):
+            label = ",".join(f"{short[k]}={v:g}" for k, v in zip(keys, combo, strict=True))
+            out[f"grid {label}"] = dict(zip(keys, combo, strict=True))
+        return out
 
-    return Setup(system, base, {"num_microslices": knob}, apply,
-                 {"num_microslices": int(round(float(base.num_microslices)))},
-                 lambda load_e: grid(),
-                 lambda hard: {"num_microslices": float(hard["num_microslices"])})
+    def options(hard):
+        return {k: float(v) for k, v in hard.items()}
+
+    return Setup(system, base, families, apply, {k: defaults[k] for k in names},
+                 lambda load_e: grid(), options)
 
 
 def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> Setup:
@@ -197,7 +239,7 @@ def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
 
 TARGETS: dict[str, Target] = {
     "ep": Target("ep", ("placement",), _ep_setup),
-    "fsedp": Target("fsedp", ("num_microslices",), _fsedp_setup),
+    "fsedp": Target("fsedp", ("num_microslices", "theta_min", "slack"), _fsedp_setup),
     "wafer": Target("wafer", ("placement",), _wafer_setup),
 }
 

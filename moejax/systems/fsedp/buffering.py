@@ -8,6 +8,15 @@ experts include one with fewer than theta_min tokens (over all active requests) 
 timer is positive is paused (lines 6-9). A paused request resumes from the same layer in the
 next iteration with its activations and gating unchanged (its new tokens wait until its
 pass is complete).
+
+Relaxed mode (moejax.tune): theta_min and slack may come from `FSEDPParams` (traced) and,
+with `tau > 0`, every decision of Algorithm 2 is smooth, through `moejax.relax`:
+"some activated expert has fewer than theta_min tokens" is step(theta_min - min_e n_e)
+with a soft min over the used experts; the N_threshold test is step(C_fw - N + 1/2) with
+N = 1 / slack unrounded; the timer test is clip(T_QoS, 0, 1). A request is then a mass in
+[0, 1]: a fraction of it is deferred at a layer, resumes from there in the next iteration,
+and the rest completes; the tokens a layer computes are the mass-weighted tokens. State is
+float, and at `tau = 0` (masses 0 / 1) it is exactly the hard algorithm.
 """
 
 from __future__ import annotations
@@ -17,8 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from moejax import relax
 from moejax.systems.fsedp.config import FSEDPConfig
 from moejax.systems.fsedp.layer import token_owner
+
+_NO_EXPERT = 1e6  # token count standing in for "no used expert" in the min over experts
 
 
 def request_of(num_tokens: int, num_requests: int) -> np.ndarray:
@@ -41,60 +53,88 @@ def tokens_per_request(cfg: FSEDPConfig, expert_ids, token_mask):
 
 @struct.dataclass
 class BufferState:
-    """Per-request state of Algorithm 2 (axes [R] requests, [L] layers, [D], [E])."""
+    """Per-request state of Algorithm 2 (axes [R] requests, [L] layers, [D], [E]); float so
+    that the relaxed mode can hold fractions (integers in hard mode)."""
 
-    qos: jax.Array  # int [R] T_QoS(r)
-    cfw: jax.Array  # int [R] C_fw(r)
-    resume: jax.Array  # int [R] 1 + layer the paused pass resumes from (0: fresh pass)
+    qos: jax.Array  # [R] T_QoS(r)
+    cfw: jax.Array  # [R] C_fw(r)
+    paused_at: jax.Array  # [R, L] mass of the paused pass resuming at layer l (one-hot / 0)
     carry: jax.Array  # [R, L, D, E] tokens of the paused pass
     carry_tokens: jax.Array  # [R] tokens of the paused pass
 
 
 def init_state(cfg: FSEDPConfig, num_layers: int) -> BufferState:
     r, d, e = cfg.num_requests, cfg.num_devices, cfg.model.num_experts
-    zi = jnp.zeros(r, jnp.int32)
-    return BufferState(zi, zi, zi, jnp.zeros((r, num_layers, d, e)), jnp.zeros(r))
+    z = jnp.zeros(r)
+    return BufferState(z, z, jnp.zeros((r, num_layers)), jnp.zeros((r, num_layers, d, e)), z)
 
 
-def plan_iteration(cfg: FSEDPConfig, bs: BufferState, tok_r, size_r, enabled: bool):
+def knobs(cfg: FSEDPConfig, params=None):
+    """(theta_min, slack, tau): from `params` (FSEDPParams) where it carries them, else the
+    static config (tau 0). A Python-number tau stays one (relax picks its branch statically)."""
+    theta = getattr(params, "theta_min", None)
+    slack = getattr(params, "slack", None)
+    tau = getattr(params, "tau", None)
+    return (jnp.float32(cfg.theta_min) if theta is None else jnp.asarray(theta),
+            jnp.float32(cfg.slack) if slack is None else jnp.asarray(slack),
+            0.0 if tau is None else tau if isinstance(tau, (int, float)) else jnp.asarray(tau))
+
+
+def n_threshold(slack, tau):
+    """Algorithm 2 N_threshold = 1 / slack: max(1, round(1 / slack)) in hard mode, the
+    unrounded max(1, 1 / slack) for tau > 0 (relax.round)."""
+    return jnp.maximum(relax.round(1.0 / jnp.maximum(slack, 1e-6), tau), 1.0)
+
+
+def plan_iteration(cfg: FSEDPConfig, bs: BufferState, tok_r, size_r, enabled: bool,
+                   params=None):
     """Which tokens each layer runs this iteration, and the next buffer state.
 
-    tok_r [R, L, D, E], size_r [R] (this iteration's fresh passes).
+    tok_r [R, L, D, E], size_r [R] (this iteration's fresh passes). params: FSEDPParams
+    (theta_min, slack, tau read through `knobs`; None = the config's, hard).
     Returns tok_l [L, D, E] (tokens computed per layer), completed tokens (scalar),
-    deferrals (scalar), new state.
+    deferrals (scalar; a mass in relaxed mode), new state.
     """
-    n_l = tok_r.shape[1]
-    resuming = bs.resume > 0
-    pass_tok = jnp.where(resuming[:, None, None, None], bs.carry, tok_r)
-    pass_size = jnp.where(resuming, bs.carry_tokens, size_r)
+    theta, slack, tau = knobs(cfg, params)
+    paused = bs.paused_at.sum(-1)  # [R] mass of the request that resumes a paused pass
+    fresh0 = (1.0 - paused) * (size_r > 0)  # mass running a fresh pass from layer 0
+    mix = fresh0[:, None, None, None] * tok_r + paused[:, None, None, None] * bs.carry
+    uses_all = mix.sum(2) > 0  # [R, L, E]: experts the pass activates (trace-given)
     # Algorithm 2 lines 2-5: a granted buffering opportunity every N_threshold passes
-    grant = bs.cfw >= cfg.n_threshold
-    qos = bs.qos + grant.astype(jnp.int32)
-    cfw = jnp.where(grant, 0, bs.cfw)
+    grant = relax.step(bs.cfw - n_threshold(slack, tau) + 0.5, tau)
+    qos = bs.qos + grant
+    cfw = (1.0 - grant) * bs.cfw
 
     def layer(carry, l):
-        qos, paused, pause_at = carry
-        in_pass = (l >= jnp.maximum(bs.resume - 1, 0)) & ~paused & (pass_size > 0)
-        tl = pass_tok[:, l]  # [R, D, E]
-        n_e = jnp.einsum("r,rde->e", in_pass.astype(jnp.float32), tl)
-        uses = tl.sum(1) > 0  # [R, E]
-        cold = jnp.any(uses & (n_e[None, :] < cfg.theta_min), axis=-1)
-        defer = in_pass & cold & (qos > 0) & enabled  # lines 6-9
-        qos = qos - defer.astype(jnp.int32)
-        run = in_pass & ~defer
-        pause_at = jnp.where(defer, l, pause_at)
-        return (qos, paused | defer, pause_at), jnp.einsum("r,rde->de", run.astype(jnp.float32),
-                                                           tl)
+        qos, f, g, qf, qg = carry  # live fresh / resumed mass; deferred fresh / resumed
+        g = g + bs.paused_at[:, l]  # a paused pass re-enters at the layer it stopped at
+        tf, tg = tok_r[:, l], bs.carry[:, l]  # [R, D, E]
+        live_tok = f[:, None, None] * tf + g[:, None, None] * tg
+        n_e = live_tok.sum((0, 1))  # [E] tokens of expert e over all live requests
+        uses = uses_all[:, l] & ((f + g) > 0)[:, None]
+        n_min = relax.min(jnp.where(uses, n_e[None, :], _NO_EXPERT), tau)  # [R]
+        cold = relax.step(theta - n_min, tau) * uses.any(-1)  # lines 6-7
+        frac = cold * jnp.clip(qos, 0.0, 1.0) * enabled  # line 8: a timer left
+        df, dg = f * frac, g * frac  # lines 8-9: defer this part of the request
+        qos = qos - (df + dg)
+        f, g = f - df, g - dg
+        run = f[:, None, None] * tf + g[:, None, None] * tg
+        return (qos, f, g, qf + df, qg + dg), (run.sum(0), df + dg)
 
-    r = tok_r.shape[0]
-    (qos, paused, pause_at), tok_l = jax.lax.scan(
-        layer, (qos, jnp.zeros(r, bool), jnp.zeros(r, jnp.int32)), jnp.arange(n_l))
-    completed = ~paused & (pass_size > 0)
+    r, n_l = tok_r.shape[:2]
+    z = jnp.zeros(r)
+    (qos, f, g, qf, qg), (tok_l, deferred) = jax.lax.scan(
+        layer, (qos, fresh0, z, z, z), jnp.arange(n_l))
+    new_paused = deferred.T  # [R, L]
+    p = qf + qg
+    safe = jnp.maximum(p, 1e-6)  # exact for p in {0, 1}; no 1 / p^2 blow-up in gradients
+    w_f, w_g = (qf / safe)[:, None, None, None], (qg / safe)[:, None, None, None]
+    done = f * size_r + g * bs.carry_tokens  # completed passes' tokens, [R]
     new = BufferState(
         qos=qos,
-        cfw=cfw + completed.astype(jnp.int32),
-        resume=jnp.where(paused, pause_at + 1, 0).astype(jnp.int32),
-        carry=jnp.where(paused[:, None, None, None], pass_tok, 0.0),
-        carry_tokens=jnp.where(paused, pass_size, 0.0),
+        cfw=cfw + f + g,
+        paused_at=new_paused,
+        carry=w_f * tok_r + w_g * bs.carry,
+        carry_tokens=(qf * size_r + qg * bs.carry_tokens) / safe,
     )
-    return tok_l, (completed * pass_size).sum(), paused.sum(), new
+    return tok_l, done.sum(), p.sum(), new

@@ -163,10 +163,14 @@ class FSEDPParams:
     num_microslices: micro-slices per expert (§IV-C single-level notation), float scalar;
       read through `relax.round`.
     tau: relaxation temperature (0 = exact).
+    theta_min, slack: Algorithm 2 knobs as traced scalars (moejax.tune), read by
+      `buffering.plan_iteration`; None = the static config's values.
     """
 
     num_microslices: jax.Array = struct.field(default_factory=lambda: jnp.float32(8.0))
     tau: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
+    theta_min: jax.Array | None = None
+    slack: jax.Array | None = None
 
 
 def default_params(cfg: FSEDPConfig, num_microslices: float = 8.0) -> FSEDPParams:

@@ -85,7 +85,7 @@ def build(cfg: FSEDPConfig, num_iterations: int, num_layers: int | None = None) 
         if cfg.token_buffering and tr.has_tokens:
             tok_r, size_r = buffering.tokens_per_request(cfg, ids, mask)
             tok_l, done_tok, deferred, buf = buffering.plan_iteration(
-                cfg, state.buf, tok_r, size_r, True)
+                cfg, state.buf, tok_r, size_r, True, params)
         else:
             tok_l = jax.vmap(lambda i, c: tokens_per_die(cfg, i, mask, c))(ids, counts)
             done_tok, deferred, buf = n_tokens, jnp.float32(0.0), state.buf
