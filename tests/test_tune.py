@@ -301,6 +301,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("folder,policy", [
     ("ep-placement-qwen3-chiplet-2x2", "ep-tuned-qwen3-30b-a3b-chiplet-2x2.toml"),
     ("fsedp-microslices-qwen3-chiplet-2x2", "fsedp-tuned-qwen3-30b-a3b-chiplet-2x2.toml"),
+    ("fsedp-microslices-theta-phi35-chiplet-2x2",
+     "fsedp-buffered-tuned-phi-3.5-moe-chiplet-2x2.toml"),
 ])
 def test_shipped_checkpoint_reproduces_the_shipped_policy(folder, policy, tmp_path):
     prob, res = restore(ROOT / "checkpoints" / folder)
