@@ -91,13 +91,28 @@ def test_drift_needs_iterations_and_counts_only_fits(powerlaw_fit):
         fit.fit_family(tr, "zipf")
 
 
-def test_drift_fit_runs_and_reports():
-    tr = recording("drift:rho=0.0,scale=0.8,noise=0.5,shared=1.0,scenarios=1")
+def test_drift_fit_recovers_a_quantile_drift_recording():
+    tr = recording("drift:rho=0.0,scale=0.8,noise=0.5,shared=1.0,scenarios=1,quantile=1")
     r = fit.fit_family(tr, "drift")
     assert len(r["layers"]) == SHAPE["layers"]
     specs = [gen.parse_spec(s) for s in r["layers"]]
-    assert all(s.family == "drift" and s["scenarios"] == 1 for s in specs)
+    assert all(s.family == "drift" and s["scenarios"] == 1 and s["quantile"] for s in specs)
+    # the scale is interpolated per layer to the layer's skew, not left on the coarse grid
     assert all(0.3 <= s["scale"] <= 2.0 for s in specs)
+    assert not set(s["scale"] for s in specs) & set(fit._DRIFT_SCALE.tolist())
+    v = fit.verdict(fit.evaluate(r["layers"], tr, repeats=1))
+    assert v["skew_max_abs_err"] <= 0.10
+
+
+def test_quantile_drift_has_the_same_target_shape_in_every_layer():
+    e = SHAPE["num_experts"]
+    p = np.asarray(gen.popularity("drift:rho=0.0,scale=0.9,noise=0.0,shared=1.0,scenarios=1,"
+                                  "quantile=1", jax.random.key(2), iterations=2, layers=4,
+                                  num_experts=e))
+    z = np.array([statistics.NormalDist().inv_cdf(1 - (r + 0.5) / e) for r in range(e)])
+    want = np.exp(0.9 * z) / np.exp(0.9 * z).sum()
+    np.testing.assert_allclose(-np.sort(-p, axis=-1), np.broadcast_to(want, p.shape),
+                               rtol=1e-4)
 
 
 def test_saved_fit_drives_generation_and_simulate(powerlaw_fit, tmp_path, capsys):

@@ -96,6 +96,7 @@ FAMILIES: dict[str, dict[str, _Param]] = {
         "scenarios": _Param("int", 4, _ge1, "integer >= 1"),
         "period": _Param("int", 64, _ge1, "integer >= 1"),
         "switches": _Param("ints", (), _increasing_ge1, "increasing integers >= 1, '/'-separated"),
+        "quantile": _Param("int", 0, lambda x: x in (0, 1), "0 or 1"),
     },
 }
 
@@ -279,6 +280,13 @@ def _popularity_normal(st, fl, key, iterations, layers, num_experts):
     return jnp.broadcast_to(jnp.log(p), (iterations, layers, e))
 
 
+def _normal_quantiles(num_experts: int):
+    """[E] z_r = Φ^-1(1 - (r + 1/2) / E), descending: expected standard normal order
+    statistics (the midpoint plotting positions)."""
+    r = jnp.arange(num_experts, dtype=jnp.float32)
+    return jax.scipy.special.ndtri(1.0 - (r + 0.5) / num_experts)
+
+
 def _popularity_lognormal(st, fl, key, iterations, layers, num_experts):
     """Lognormal popularity at expected quantiles, p(rank r) ∝ exp(sigma * z_r).
 
@@ -288,9 +296,7 @@ def _popularity_lognormal(st, fl, key, iterations, layers, num_experts):
     which the recorded ESFT layers show and rank^-alpha / exp(-r) do not (docs/traces.md).
     Deterministic in sigma, so a layer's skew is too. Ranks are shuffled per layer.
     """
-    r = jnp.arange(num_experts, dtype=jnp.float32)
-    z = jax.scipy.special.ndtri(1.0 - (r + 0.5) / num_experts)
-    log_w = jax.nn.log_softmax(fl["sigma"] * z)
+    log_w = jax.nn.log_softmax(fl["sigma"] * _normal_quantiles(num_experts))
     return jnp.broadcast_to(_ranked(key, layers, log_w), (iterations, layers, num_experts))
 
 
@@ -325,11 +331,19 @@ def _popularity_drift(st, fl, key, iterations, layers, num_experts):
     all scenarios, z_s: scenario-specific; standard normal per layer and expert). Logits
     start at 0 (uniform) and follow x_i = rho x_{i-1} + (1 - rho) target_{s(i)} + noise eps_i,
     so warm-up and the transition after a switch take about 1 / (1 - rho) iterations.
+    With `quantile=1`, z0 and z_s are the expected normal quantiles in a random order per
+    layer (as `lognormal`) instead of normal draws, so a layer's target shape, and with it
+    its skew, is the same in every draw; only the noise varies between iterations.
     """
     s, e = st["scenarios"], num_experts
     k_shared, k_scen, k_eps = jax.random.split(key, 3)
-    z0 = _draw(jax.random.normal, k_shared, (layers, e))
-    zs = _draw(jax.random.normal, k_scen, (s, layers, e))
+    if st["quantile"]:
+        q = _normal_quantiles(e)
+        z0 = _ranked(k_shared, layers, q)
+        zs = _ranked(k_scen, s * layers, q).reshape(s, layers, e)
+    else:
+        z0 = _draw(jax.random.normal, k_shared, (layers, e))
+        zs = _draw(jax.random.normal, k_scen, (s, layers, e))
     shared = fl["shared"]
     targets = fl["scale"] * (jnp.sqrt(shared) * z0 + jnp.sqrt(1.0 - shared) * zs)
     target_i = targets[jnp.asarray(_scenario_index(st, iterations))]  # [I, L, E]
