@@ -181,6 +181,26 @@ def _trace(args) -> int:
     return 0
 
 
+def _brief(value, depth: int = 0, width: int = 6) -> str:
+    """A claim's simulated value for a table cell: numbers to 3 significant digits, the
+    first `width` entries of dicts and lists, nesting shown to one level."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, (int, float)):
+        return f"{value:.3g}"
+    if isinstance(value, dict):
+        if depth > 0:
+            return "{...}"
+        items = [f"{k}: {_brief(v, depth + 1)}" for k, v in list(value.items())[:width]]
+        return "\n".join(items + (["..."] if len(value) > width else []))
+    if isinstance(value, (list, tuple)):
+        if depth > 1:
+            return "[...]"
+        items = [_brief(v, depth + 1) for v in list(value)[:width]]
+        return "[" + ", ".join(items) + (", ..." if len(value) > width else "") + "]"
+    return str(value)
+
+
 def _reproduce(args) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -192,8 +212,9 @@ def _reproduce(args) -> int:
     for c in ("id", "paper", "simulated", "holds"):
         t.add_column(c)
     for c in report.claims:
-        t.add_row(c.id, c.paper, str(c.simulated), "yes" if c.holds else "NO")
+        t.add_row(c.id, c.paper, _brief(c.simulated), "yes" if c.holds else "NO")
     Console().print(t)
+    print("(simulated values abridged; summary.json holds them in full, with notes)")
     print(f"wrote {len(report.files)} files and summary.json to {args.out}")
     return 0
 

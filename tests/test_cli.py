@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from moejax import cli
 from moejax.cli import main
 
 
@@ -102,3 +103,9 @@ def test_console_script_runs_and_exits_2_on_error():
     r = subprocess.run([exe, "simulate", "--hardware", "nope"], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def test_reproduce_table_abridges_nested_claim_values():
+    assert cli._brief({"gain": 0.123456, "per": {"a": 1}}) == "gain: 0.123\nper: {...}"
+    assert cli._brief([1.0, 2.5, 3, 4, 5, 6, 7]) == "[1, 2.5, 3, 4, 5, 6, ...]"
+    assert cli._brief(True) == "True"
