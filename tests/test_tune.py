@@ -436,3 +436,32 @@ def test_theta_min_needs_a_buffering_policy_and_exports_a_loadable_policy(tmp_pa
     np.testing.assert_array_equal(sim["latency_s"], ev["latency_s"])
     assert ev["latency_s"].mean() != tl.evaluate_values(prob, {"theta_min": 0, "slack": 0.5})[
         "latency_s"].mean()  # the threshold changes the hard result on these traces
+
+
+# --- knobs without a relaxed path: hard-mode grid search (moejax.tune.zeroth) --------------
+
+
+def test_grid_search_returns_every_point_and_the_first_minimum():
+    from moejax.tune import zeroth
+
+    res = zeroth.grid_search(lambda x: (x - 1.0) ** 2 // 1, (0.0, 0.5, 1.0, 1.5, 3.0))
+    assert res.values == (1.0, 0.0, 0.0, 0.0, 4.0) and res.best == 0.5
+    with pytest.raises(ConfigError, match="grid"):
+        zeroth.grid_search(lambda x: x, ())
+    with pytest.raises(ConfigError, match="metric"):
+        zeroth.tune_aep_decay(metric="latency")
+    with pytest.raises(ConfigError, match="scheduler = 'defrag'"):
+        zeroth.tune_aep_decay(policy="aep-mtfs", requests=2)
+
+
+def test_wafer_alpha_grid_tuner_picks_the_training_optimum():
+    from moejax.tune import zeroth
+
+    r = zeroth.tune_wafer_alpha(model="phi-3.5-moe", grid=(0.0, 0.5, 1e6), tokens=32,
+                                iterations=4, layers=1, traces=2, eval_traces=2,
+                                overrides={"invasive": True, "shadow_slots": 1,
+                                           "micro_batches": [1]})
+    assert r["tuned"] == r["grid"][int(np.argmin(r["train_forward_s"]))]
+    assert r["train_forward_s"][0] != r["train_forward_s"][2]  # alpha changes the result
+    assert r["heldout"]["never (alpha = 1e9)"]["migrations"] == 0.0
+    assert r["heldout"]["default"]["migrations"] > 0  # alpha = 0.5 re-plans

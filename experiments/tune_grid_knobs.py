@@ -1,0 +1,56 @@
+"""Hard-mode grid tuning of the knobs without a relaxed path (moejax/tune/zeroth.py):
+AEP's Algorithm 1 decay delta (002 §3.4) and the wafer NI-Balancer trigger alpha (001 Eq. 2).
+
+    python experiments/tune_grid_knobs.py [--only aep|wafer]
+
+Writes checkpoints/aep-decay-mixtral-a100x8/summary.json,
+checkpoints/wafer-alpha-qwen3-wsc-4x4/summary.json and the AEP policy
+policies/aep-defrag-tuned-mixtral-8x7b-a100x8.toml. Not gradient descent: why is in the
+module docstring of moejax/tune/zeroth.py and in docs/tuning.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from moejax.policies import load_policy
+from moejax.results import atomic_write_json, atomic_write_text
+from moejax.tune import export, zeroth
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=("aep", "wafer"))
+    a = ap.parse_args(argv)
+    if a.only in (None, "wafer"):
+        out = {}
+        for name, over in (("non-invasive (er-mapping as shipped)", {}),
+                           ("invasive, 2 shadow slots", {"invasive": True,
+                                                         "shadow_slots": 2})):
+            out[name] = zeroth.tune_wafer_alpha(overrides=over)
+            r = out[name]
+            print(name, "grid", dict(zip(r["grid"], [round(x * 1e3, 4)
+                                                     for x in r["train_forward_s"]])),
+                  "tuned", r["tuned"], r["heldout"])
+        atomic_write_json(ROOT / "checkpoints/wafer-alpha-qwen3-wsc-4x4/summary.json", out)
+    if a.only in (None, "aep"):
+        r = zeroth.tune_aep_decay()
+        print("aep grid", dict(zip(r["grid"], [round(x, 1) for x in r["train_objective"]])),
+              "tuned", r["tuned"], r["heldout"])
+        atomic_write_json(ROOT / "checkpoints/aep-decay-mixtral-a100x8/summary.json", r)
+        base = load_policy(r["policy"])
+        run = {"params": ["decay"], "model": r["model"], "hardware": r["hardware"],
+               "steps": len(r["grid"]), "traces": r["train_streams"],
+               "trace_gen": f"poisson {r['rate_per_s']}/s {r['workload']}",
+               "tokens": r["requests"], "iterations": "-", "layers": "-", "seed": r["seed"],
+               "loss": f"grid, {r['metric']}"}
+        text = export.policy_text(base, {"decay": float(r["tuned"])}, run, len(r["grid"]))
+        atomic_write_text(ROOT / "policies/aep-defrag-tuned-mixtral-8x7b-a100x8.toml", text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,154 @@
+"""Gradient-free tuning of knobs that have no relaxed path: a hard-mode grid search on
+training workloads, judged on held-out ones.
+
+Not gradient descent, and named so. Used where the simulation cannot be relaxed:
+
+- AEP (002 §3.4 Algorithm 1) defragging-scheduler decay delta (`AEPParams.decay`): AMoE is
+  a discrete-event simulation (one event = one GPU picking one mu-queue by an argmax over
+  scores, `schedulers.select`), run until every request stream is done
+  (`runner.run_streams`, a host loop over fixed-length chunks). The decay enters only
+  through that argmax, so the metrics are piecewise constant in delta (zero gradient almost
+  everywhere), and a relaxed argmax would have to carry fractional queue pops through the
+  event clock, the token pool and the KV cache, none of which has a relaxed form. A grid
+  over delta costs one hard run per value and is exact.
+- Wafer-scale NI-Balancer trigger alpha (001 Eq. 2, `WaferParams.alpha`): the wafer step
+  reads the trigger as a boolean (`&` with the idle / real-iteration flags, `jnp.where`
+  over shadow plans and migration timers), so alpha has no gradient path until that step
+  blends the plans with `relax.step` (docs/tuning.md, "Hooks"). Its hard effect is also
+  piecewise constant (it changes which iterations re-plan).
+
+`grid_search` evaluates `objective(value)` (a scalar, lower is better) at every grid
+point and returns them all; the callers below pick the best on training workloads and then
+evaluate it, the paper's default and the baselines on held-out workloads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from moejax.errors import ConfigError
+
+AEP_DECAY_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0)
+AEP_METRICS = ("throughput_tok_s", "itl_mean_s", "ttft_mean_s")
+WAFER_ALPHA_GRID = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class GridResult:
+    grid: tuple[float, ...]
+    values: tuple[float, ...]  # objective at each grid point (lower is better)
+
+    @property
+    def best(self) -> float:
+        return self.grid[int(np.argmin(self.values))]  # first of equal values
+
+
+def grid_search(objective, grid) -> GridResult:
+    """objective(value) -> float at each point of `grid` (a host loop over a handful of
+    parameter values, each a full hard-mode simulation)."""
+    grid = tuple(float(g) for g in grid)
+    if not grid:
+        raise ConfigError("grid: give at least one value")
+    return GridResult(grid, tuple(float(objective(g)) for g in grid))
+
+
+def _sign(metric: str) -> float:
+    if metric not in AEP_METRICS:
+        raise ConfigError(f"metric = {metric!r}; allowed: {', '.join(AEP_METRICS)}")
+    return -1.0 if metric == "throughput_tok_s" else 1.0
+
+
+def tune_aep_decay(hardware: str = "a100x8-nvswitch", model: str = "mixtral-8x7b",
+                   policy: str = "aep-defrag", *, grid=AEP_DECAY_GRID, requests: int = 16,
+                   rate_per_s: float = 200.0, workload: str = "medium", train_streams: int = 2,
+                   eval_streams: int = 2, seed: int = 0, metric: str = "throughput_tok_s",
+                   baselines=("aep-mtfs", "aep-flfs")) -> dict:
+    """Grid search of Algorithm 1's delta on training request streams; the best, the
+    policy's default and the strawman schedulers evaluated on held-out streams (same rate
+    and workload, other Poisson draws). Returns a JSON-able summary."""
+    from moejax.systems.amoe import runner, serve
+
+    sign = _sign(metric)
+    system, params, pol = serve.build(hardware, model, policy, requests)
+    if pol.system != "aep" or dict(pol.options).get("scheduler", "defrag") != "defrag":
+        raise ConfigError(f"policy {policy!r}: delta tuning needs an 'aep' policy with "
+                          "scheduler = 'defrag' (Algorithm 1)")
+    k_train, k_eval, k_sim = jax.random.split(jax.random.key(seed), 3)
+    kw = dict(num_requests=requests, rate_per_s=rate_per_s, workload=workload)
+    train = serve.streams(k_train, num_streams=train_streams, **kw)
+    heldout = serve.streams(k_eval, num_streams=eval_streams, **kw)
+
+    def run(sys_params, streams, system=system):
+        out = runner.run_streams(system, sys_params, streams, k_sim)
+        return {k: float(np.mean(np.asarray(out[k]))) for k in AEP_METRICS}
+
+    def objective(delta):
+        return sign * run(params.replace(decay=jnp.float32(delta)), train)[metric]
+
+    res = grid_search(objective, grid)
+    default = float(params.decay)
+    rows = {"tuned": run(params.replace(decay=jnp.float32(res.best)), heldout),
+            "default": run(params, heldout)}
+    for b in baselines:
+        bsys, bparams, _ = serve.build(hardware, model, b, requests)
+        rows[b] = run(bparams, heldout, bsys)
+    return {"method": "hard-mode grid search (not gradient-based; moejax/tune/zeroth.py)",
+            "system": "aep", "hardware": hardware, "model": model, "policy": policy,
+            "param": "decay", "metric": metric, "requests": requests,
+            "rate_per_s": rate_per_s, "workload": workload, "train_streams": train_streams,
+            "eval_streams": eval_streams, "seed": seed,
+            "grid": list(res.grid), "train_objective": [sign * v for v in res.values],
+            "tuned": res.best, "default": default, "heldout": rows}
+
+
+def tune_wafer_alpha(hardware: str = "wsc-4x4", model: str = "qwen3-30b-a3b",
+                     policy: str = "er-mapping", *, grid=WAFER_ALPHA_GRID, tokens: int = 256,
+                     iterations: int = 16, layers: int = 2, traces: int = 16,
+                     eval_traces: int = 32, trace_gen: str = "powerlaw:alpha=1.2",
+                     seed: int = 0, overrides: dict | None = None) -> dict:
+    """Grid search of the Eq. 2 trigger alpha (001) on training traces by mean forward time
+    per iteration (migration stalls included), then held-out evaluation of the best, the
+    policy default and 'never balance' (alpha = inf). Returns a JSON-able summary."""
+    import dataclasses as dc
+
+    from moejax import api, engine
+    from moejax.systems.wafer import system as wsys
+    from moejax.tune.traces import fixed_popularity, sample_from_popularity
+
+    s = api.resolve(hardware, model, policy)
+    if s.policy.system != "wafer":
+        raise ConfigError(f"policy {policy!r} is for system {s.policy.system!r}; alpha "
+                          "tuning needs a 'wafer' policy with a balancer")
+    pol = s.policy
+    if overrides:
+        pol = dc.replace(pol, options=tuple(sorted({**dict(pol.options), **overrides}.items())))
+    system, base = wsys.from_policy(s.platform, s.model, pol.options_table(), iterations)
+    k_pop, k_train, k_eval = jax.random.split(jax.random.key(seed), 3)
+    pop = fixed_popularity(trace_gen, k_pop, iterations=iterations, layers=layers,
+                           num_experts=s.model.num_experts)
+    kw = dict(tokens=tokens, top_k=s.model.top_k)
+    train = sample_from_popularity(pop, k_train, num_traces=traces, **kw)
+    heldout = sample_from_popularity(pop, k_eval, num_traces=eval_traces, **kw)
+    grid = tuple(float(g) for g in grid)
+    sweep = engine.stack_params([base.replace(alpha=jnp.float32(a)) for a in grid])
+    fwd = np.asarray(engine.simulate(system, sweep, train, sweep=True)["forward_s"]).mean(1)
+    res = GridResult(grid, tuple(float(x) for x in fwd))
+
+    rows = {"tuned": res.best, "default": float(base.alpha), "never (alpha = 1e9)": 1e9}
+    out = engine.simulate(system, engine.stack_params(
+        [base.replace(alpha=jnp.float32(a)) for a in rows.values()]), heldout, sweep=True)
+    held = {name: {k: float(np.asarray(out[k])[i].mean()) for k in
+                   ("forward_s", "latency_s", "max_over_mean", "migrations")}
+            for i, name in enumerate(rows)}
+    return {"method": "hard-mode grid search (not gradient-based; moejax/tune/zeroth.py)",
+            "system": "wafer", "hardware": hardware, "model": model, "policy": policy,
+            "overrides": dict(overrides or {}), "param": "alpha", "metric": "forward_s",
+            "tokens": tokens, "iterations": iterations, "layers": layers,
+            "traces": traces, "eval_traces": eval_traces, "trace_gen": trace_gen,
+            "seed": seed, "grid": list(grid), "train_forward_s": list(res.values),
+            "tuned": res.best, "default": float(base.alpha),
+            "heldout": held}
