@@ -33,12 +33,13 @@ def main(argv=None) -> int:
             out[name] = zeroth.tune_wafer_alpha(overrides=over)
             r = out[name]
             print(name, "grid", dict(zip(r["grid"], [round(x * 1e3, 4)
-                                                     for x in r["train_forward_s"]])),
+                                                     for x in r["train_forward_s"]], strict=True)),
                   "tuned", r["tuned"], r["heldout"])
         atomic_write_json(ROOT / "checkpoints/wafer-alpha-qwen3-wsc-4x4/summary.json", out)
     if a.only in (None, "aep"):
         r = zeroth.tune_aep_decay()
-        print("aep grid", dict(zip(r["grid"], [round(x, 1) for x in r["train_objective"]])),
+        print("aep grid", dict(zip(r["grid"], [round(x, 1) for x in r["train_objective"]],
+                                   strict=True)),
               "tuned", r["tuned"], r["heldout"])
         atomic_write_json(ROOT / "checkpoints/aep-decay-mixtral-a100x8/summary.json", r)
         base = load_policy(r["policy"])
