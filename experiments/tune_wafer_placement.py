@@ -1,18 +1,20 @@
 """Tune a wafer-scale EP expert placement (001 MoEntwine system) by gradient descent.
 
-    python experiments/tune_wafer_placement.py --out checkpoints/wafer-placement-qwen3-wsc-4x4
+    python experiments/tune_wafer_placement.py --out checkpoints/wafer-placement-qwen3-wsc-4x4 \
+        --export policies/wafer-tuned-qwen3-30b-a3b-wsc-4x4.toml
 
 qwen3-30b-a3b (128 experts) on the wsc-4x4 wafer (16 dies, 8 experts per die), baseline
 mapping policy `ep-baseline-map`, through the wafer system's own relaxation (a soft row is
-a split expert). The wafer policy format has no placement list yet, so the result stays in
-the checkpoint (no policy export); the evaluation is hard mode on held-out traces.
+a split expert). The evaluation is hard mode on held-out traces; the export writes the
+wafer policy's explicit `placement` list.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from moejax.tune import TuneConfig, tune
+from moejax.tune import TuneConfig, export, tune
+from moejax.tune import loop as tl
 
 SHIPPED = TuneConfig(system="wafer", policy="ep-baseline-map", hardware="wsc-4x4",
                      model="qwen3-30b-a3b", params=("placement",), steps=60, traces=32,
@@ -24,10 +26,14 @@ SHIPPED = TuneConfig(system="wafer", policy="ep-baseline-map", hardware="wsc-4x4
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="checkpoints/wafer-placement-qwen3-wsc-4x4")
+    ap.add_argument("--export", default="policies/wafer-tuned-qwen3-30b-a3b-wsc-4x4.toml")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     res = tune(SHIPPED, a.out, resume=a.resume, progress=not a.quiet)
+    if a.export:
+        export.write_policy(a.export, tl.build_problem(SHIPPED), res.hard, res.step)
+        print(f"wrote {a.export}")
     for name, s in res.evaluation.items():
         print(f"{name:16s} mean {s['latency_ms']['mean']:.5f} ms  p99 "
               f"{s['latency_ms']['p99']:.5f} ms  max/mean die load {s['max_load_ratio_mean']:.3f}")

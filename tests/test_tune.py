@@ -285,14 +285,24 @@ def test_fsedp_microslice_target_exports_a_loadable_policy(tmp_path):
         tl.build_problem(TuneConfig(**{**SMALL, "system": "fsedp"}), traces=False)
 
 
-def test_wafer_placement_target_builds_and_refuses_export(tmp_path):
+def test_wafer_placement_target_exports_a_policy_that_simulates_the_same(tmp_path):
+    from moejax.systems.wafer import system as wsys
+
     cfg = TuneConfig(**{**SMALL, "system": "wafer", "policy": "ep-baseline-map",
                         "hardware": "wsc-4x4", "relaxation": "system"})
     prob = tl.build_problem(cfg, traces=False)
     f = prob.setup.families["placement"]
     assert (f.num_experts, f.num_devices, f.capacity) == (16, 16, 1)
-    with pytest.raises(ConfigError, match="no 'placement' option"):
-        export.write_policy(tmp_path / "w.toml", prob, {"placement": np.arange(16)}, 0)
+    ids = np.random.default_rng(0).permutation(16)
+    pol = load_policy(str(export.write_policy(tmp_path / "w.toml", prob, {"placement": ids},
+                                              0)))
+    assert dict(pol.options)["placement"] == ids.tolist()
+    s = api.resolve("wsc-4x4", "phi-3.5-moe", "ep-baseline-map")
+    _, params = wsys.from_policy(s.platform, s.model, pol.options_table(), 2)
+    want = prob.setup.apply(prob.setup.base, prob.setup.as_values({"placement": ids}), 0.0)
+    for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(want),
+                    strict=True):  # the policy runs exactly the evaluated parameters
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -303,6 +313,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("fsedp-microslices-qwen3-chiplet-2x2", "fsedp-tuned-qwen3-30b-a3b-chiplet-2x2.toml"),
     ("fsedp-microslices-theta-phi35-chiplet-2x2",
      "fsedp-buffered-tuned-phi-3.5-moe-chiplet-2x2.toml"),
+    ("wafer-placement-qwen3-wsc-4x4", "wafer-tuned-qwen3-30b-a3b-wsc-4x4.toml"),
 ])
 def test_shipped_checkpoint_reproduces_the_shipped_policy(folder, policy, tmp_path):
     prob, res = restore(ROOT / "checkpoints" / folder)

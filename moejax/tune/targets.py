@@ -212,8 +212,8 @@ def _fsedp_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
 def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> Setup:
     """Wafer-scale EP (moejax.systems.wafer, 001): the native expert placement [E, D]
     (`WaferParams.placement`, one-hot rows), at most `capacity` experts per device (default
-    ceil(E / D)). The system's own relaxation reads a soft row as a split expert. Its policy
-    format has no explicit placement list yet, so `options` (export) raises ConfigError."""
+    ceil(E / D)). The system's own relaxation reads a soft row as a split expert. Export
+    writes the policy's `placement` list."""
     from moejax.systems.wafer import system as wsys
 
     system, base = wsys.from_policy(platform, model, policy.options_table(), num_iterations)
@@ -229,9 +229,8 @@ def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
                 "round-robin": {"placement": fam.round_robin_ids(e, d)},
                 "greedy-balanced": {"placement": fam.greedy_balanced_ids(load_e, d, cap)}}
 
-    def options(hard):
-        raise ConfigError(f"export: policy {policy.name!r} (system wafer) has no 'placement' "
-                          "option to carry a tuned placement; the checkpoint holds it")
+    def options(hard):  # the wafer policy's explicit placement: one device id per expert
+        return {"placement": [int(x) for x in hard["placement"]]}
 
     return Setup(system, base, {"placement": fam.Placement(e, d, cap)}, apply,
                  {"placement": np.asarray(base.placement).argmax(-1)}, baselines, options)
