@@ -289,3 +289,110 @@ def test_policy_options_placement_and_errors():
                        ({"invasive": False, "beta": 2.0}, "beta"), ({"zap": 1}, "zap")):
         with pytest.raises(ConfigError, match=field):
             system.from_policy(plat, model, Table({"tp_size": 2, **bad}, "t"), 2)
+
+
+# --- ESP: expert sharding (001 §VI-B5) -----------------------------------------------------
+
+
+def _esp_cfg(mapping="er", tp=4, shards=4, kind="mesh2d", retain=True, experts=8, **topo):
+    plat = make_platform(kind, **topo)
+    model = make_model(num_experts=experts, top_k=2)
+    return system.make_config(plat, model, mapping=mapping, tp_size=tp, retain_allgather=retain,
+                              expert_shards=shards)
+
+
+ESP_CASES = [
+    dict(mapping="baseline", tp=4, shards=4, rows=4, cols=4),
+    dict(mapping="er", tp=4, shards=4, rows=4, cols=4),
+    dict(mapping="baseline", tp=2, shards=2, rows=2, cols=4),
+    dict(mapping="er", tp=2, shards=8, rows=2, cols=4, retain=False),
+]
+
+
+@pytest.mark.parametrize("case", ESP_CASES)
+def test_esp_layer_matches_plain_reference(case):
+    cfg = _esp_cfg(**case)
+    params = system.default_params(cfg)
+    tr = random_trace(jax.random.key(7), 1, 1, 1, 24, 8, 2, valid=[[21]])
+    ids, mask, counts = tr.expert_ids[0, 0, 0], tr.token_mask[0, 0], tr.counts[0, 0, 0]
+    out = system.layer(cfg, params, params.placement, ids, mask, counts)
+    ref = reference.layer(cfg, np.asarray(params.placement), np.asarray(ids), np.asarray(mask))
+    assert ref["esp_reduce_s"] > 0
+    for k in ("layer_s", "all_to_all_s", "all_reduce_s", "esp_reduce_s", "moe_compute_s",
+              "avg_hops", "micro_batches"):
+        np.testing.assert_allclose(float(out[k]), ref[k], rtol=2e-5, atol=1e-12, err_msg=k)
+    for k in ("a2a_link_bytes", "esp_link_bytes", "device_tokens"):
+        np.testing.assert_allclose(np.asarray(out[k]), ref[k], rtol=2e-5, atol=1e-3, err_msg=k)
+
+
+def test_esp_groups_tile_the_mesh_and_er_ftds_are_ep_groups():
+    g = mp.esp_groups(4, 4, 4)
+    assert sorted(g.ravel().tolist()) == list(range(16))
+    hops = mp.mesh_hops(4, 4)
+    assert (hops[g, np.roll(g, -1, axis=1)] == 1).all()  # 2x2 tiles: unit-step rings
+    er = mp.build_mapping("er", 4, 4, 4)
+    assert {frozenset(x) for x in g.tolist()} == {frozenset(f) for f in er.ftds.tolist()}
+    land = mp.esp_landing(er.holders, g)
+    np.testing.assert_allclose(land.sum(-1), 1.0)
+    assert (land * (1 - er.holders[:, None, :]) == 0).all()  # ER: every token already inside
+    base = mp.build_mapping("baseline", 4, 4, 4)
+    land_b = mp.esp_landing(base.holders, g)
+    np.testing.assert_allclose(land_b.sum(-1), 1.0)
+    assert (land_b * (1 - base.holders[:, None, :])).sum() > 0  # baseline: some come in
+    assert mp.esp_groups(1, 8, 4).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]  # GPU blocks
+
+
+def test_esp_er_has_no_all_to_all_conserves_tokens_and_bounds():
+    er, base = _esp_cfg("er", rows=4, cols=4), _esp_cfg("baseline", rows=4, cols=4)
+    counts = jnp.asarray(np.random.default_rng(8).integers(1, 30, 8), jnp.float32)
+    empty = jnp.zeros((0, 2), jnp.int32)
+    outs = {}
+    for name, cfg in (("er", er), ("baseline", base)):
+        p = system.default_params(cfg)
+        assert np.asarray(p.placement).sum(0).reshape(-1).tolist().count(2.0) == 4  # 2 per group
+        out = system.layer(cfg, p, p.placement, empty, jnp.zeros((0,), bool), counts)
+        tok = np.asarray(out["device_tokens"])
+        assert tok.sum() == pytest.approx(float(counts.sum()), rel=1e-6)
+        for grp in cfg.esp_groups:  # every slice of a group sees all of the group's tokens / S
+            assert np.ptp(tok[grp]) < 1e-4
+        assert float(out["layer_s"]) >= float(out["moe_compute_s"])
+        serial = (out["attention_s"] + out["all_reduce_s"] + out["all_to_all_s"]
+                  + out["esp_reduce_s"] + out["moe_compute_s"])
+        assert float(out["layer_s"]) <= float(serial) * (1 + 1e-6)
+        outs[name] = out
+    assert float(outs["er"]["all_to_all_s"]) == 0.0  # 001 §VI-B5: all-to-all eliminated
+    assert float(outs["baseline"]["all_to_all_s"]) > 0.0
+    # same EP-group tiles in both mappings: the same partial-sum all-reduce
+    assert float(outs["er"]["esp_reduce_s"]) == pytest.approx(
+        float(outs["baseline"]["esp_reduce_s"]), rel=1e-6)
+    # slicing: the expert time of a sharded layer is below the unsharded one (weights / S)
+    plain = _cfg(mapping="er", tp=4, rows=4, cols=4)
+    pp = system.default_params(plain)
+    o = system.layer(plain, pp, pp.placement, empty, jnp.zeros((0,), bool), counts)
+    assert float(outs["er"]["moe_compute_s"]) < float(o["moe_compute_s"])
+
+
+def test_esp_on_gpu_nodes_and_as_a_policy_with_errors():
+    from moejax.schema import Table
+
+    cfg = _esp_cfg("baseline", tp=2, shards=2, kind="hierarchical")
+    assert cfg.esp_groups.tolist() == [[0, 1], [2, 3]]  # one node each
+    sysm, params = system.from_policy(make_platform("mesh2d", rows=4, cols=4),
+                                      make_model(num_experts=8),
+                                      Table({"mapping": "er", "expert_shards": 4}, "t"), 2)
+    tr = random_trace(jax.random.key(9), 1, 2, 1, 16, 8, 2)
+    res = engine.simulate(sysm, params, tr)
+    assert float(res["esp_reduce_s"][0]) > 0 and float(res["all_to_all_s"][0]) == 0.0
+    assert float(res["comm_s"][0]) == pytest.approx(
+        float(res["all_reduce_s"][0] + res["esp_reduce_s"][0]), rel=1e-6)
+    plat, model = make_platform("mesh2d", rows=4, cols=4), make_model(num_experts=8)
+    for bad, msg in (({"expert_shards": 3}, "expert_shards"),
+                     ({"expert_shards": 4, "balancer": "greedy", "shadow_slots": 1}, "balancer"),
+                     ({"expert_shards": -1}, "expert_shards")):
+        with pytest.raises(ConfigError, match=msg):
+            system.from_policy(plat, model, Table(dict(bad), "t"), 2)
+    with pytest.raises(ConfigError, match="expert_shards = 6"):
+        system.make_config(plat, model, tp_size=2, expert_shards=6)  # does not divide 16
+    with pytest.raises(ConfigError, match="her"):
+        system.make_config(make_platform("multi_wafer_mesh"), model, mapping="her", tp_size=2,
+                           expert_shards=2)

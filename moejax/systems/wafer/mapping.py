@@ -339,3 +339,51 @@ def her_source_split(mapping: Mapping) -> np.ndarray:
     split = np.zeros((p, d, d), np.float32)
     split[np.arange(p)[None, :], np.arange(d)[:, None], peers[:, wafer_of].T] = 1.0
     return split
+
+
+# --- ESP: Expert Sharding Parallelism (001 §VI-B5, Fig. 14(a)) ------------------------------
+
+
+def esp_groups(rows: int, cols: int, shards: int) -> np.ndarray:
+    """int [X, S]: the EP groups of ESP, compact tiles of S = `shards` devices, ring order.
+
+    001 §VI-B5: large experts are sliced over the devices of an EP group. On a mesh the
+    groups are compact tiles (the same tiling as ER-Mapping's FTDs, so with S = D / TP under
+    ER every EP group is an FTD); members are in ring order (the partial-sum rings). A
+    non-mesh platform is passed as a 1 x D line: contiguous blocks of S devices (a DGX node
+    when S = 8).
+    """
+    d = rows * cols
+    if shards < 2 or d % shards:
+        raise ConfigError(f"expert_shards = {shards} must be 0 (off) or an integer >= 2 "
+                          f"dividing the {d} devices")
+    try:
+        th, tw = tile_shape(rows, cols, shards)
+    except ConfigError:
+        raise ConfigError(f"expert_shards = {shards}: cannot tile the {rows}x{cols} mesh into "
+                          f"compact EP groups of {shards} devices; choose a divisor whose "
+                          "blocks tile the mesh") from None
+    origins, _ = _tiles(rows, cols, th, tw)
+    ring = np.array(ring_order(th, tw))
+    return _ids(origins[:, None, :] + ring[None, :, :], cols)
+
+
+def esp_landing(holders: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """float [H, X, D]: where a token of holder set h enters EP group x (shares sum to 1).
+
+    001 §VI-B5: ESP first gathers every token into the EP group of its expert. A token whose
+    holder set has members inside the group is already there (split evenly over those
+    members, no traffic: "all tokens across TP groups reside within each FTD" under ER); any
+    other token lands once on the group's member at position h mod S, fetched from its
+    nearest holder (`source_split`), and is then all-gathered inside the group.
+    """
+    h_count, d = holders.shape
+    x_count, s = groups.shape
+    inside = (holders[:, groups] > 0).astype(np.float64)  # [H, X, S]
+    n_in = inside.sum(-1, keepdims=True)
+    fallback = np.zeros((h_count, 1, s))
+    fallback[np.arange(h_count), 0, np.arange(h_count) % s] = 1.0
+    share = np.where(n_in > 0, inside / np.maximum(n_in, 1.0), fallback)  # [H, X, S]
+    land = np.zeros((h_count, x_count, d), np.float32)
+    land[:, np.arange(x_count)[:, None], groups] = share
+    return land

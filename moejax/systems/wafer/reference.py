@@ -5,6 +5,12 @@ steps (mesh platforms only): each (token, expert) pair is fetched from the token
 member inside the destination's FTD (all-gather kept), else from the nearest holder (ties
 split evenly), routes are walked link by link in XY order, a phase lasts
 max(link bytes / bandwidth) + the longest active route's latency.
+
+ESP (001 §VI-B5, `cfg.expert_shards` > 0): every (token, expert) pair enters the expert's
+EP group once, on the group's holders of the token (split evenly) or else on the member at
+position (holder set mod S), fetched from the nearest holder; inside each group a ring
+all-gather of the group's tokens and a ring reduce-scatter of the partial sums, (S - 1)
+steps of V_group / S per member each; every slice computes all of its expert's tokens.
 """
 
 from __future__ import annotations
@@ -88,6 +94,54 @@ def dispatch(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarr
     return traffic
 
 
+def esp_group_of_expert(cfg, host: np.ndarray) -> list[int]:
+    """EP group of each expert: the group of its (first) hosting device."""
+    out = []
+    for e in range(host.shape[0]):
+        dev = next(x for x in range(host.shape[1]) if host[e, x] > 0)
+        out.append(next(i for i, grp in enumerate(cfg.esp_groups) if dev in grp))
+    return out
+
+
+def esp_dispatch(cfg, host, expert_ids, token_mask):
+    """ESP dispatch traffic [D, D] and the bytes gathered into each EP group, by loops."""
+    m = cfg.mapping
+    d, s = cfg.num_devices, cfg.expert_shards
+    hops = mp.mesh_hops(m.rows, m.cols)
+    hs = mp.token_holder_sets(m, expert_ids.shape[0])
+    group_of = esp_group_of_expert(cfg, host)
+    traffic = np.zeros((d, d))
+    vol = np.zeros(len(cfg.esp_groups))
+    b = cfg.model.token_bytes
+    for n in range(expert_ids.shape[0]):
+        if not token_mask[n]:
+            continue
+        holders = [x for x in range(d) if m.holders[hs[n], x] > 0]
+        for e in expert_ids[n]:
+            members = list(cfg.esp_groups[group_of[e]])
+            vol[group_of[e]] += b
+            inside = [x for x in members if x in holders]
+            landing = inside if inside else [members[hs[n] % s]]
+            for dst in landing:
+                best = min(hops[h, dst] for h in holders)
+                near = [h for h in holders if hops[h, dst] == best]
+                for h in near:
+                    traffic[h, dst] += b / len(landing) / len(near)
+    return traffic, vol
+
+
+def esp_ring(cfg, vol: np.ndarray):
+    """(busy_s, latency_s, loads) of one ring collective (all-gather or reduce-scatter)."""
+    d, s = cfg.num_devices, cfg.expert_shards
+    step = np.zeros((d, d))
+    for x, members in enumerate(cfg.esp_groups):
+        for i in range(s):
+            a, b = members[i], members[(i + 1) % s]
+            step[a, b] += vol[x] / s
+    b_s, l_s, ld = phase(step, cfg.topo)
+    return (s - 1) * b_s, (s - 1) * l_s, (s - 1) * ld
+
+
 def allreduce(cfg, n_tokens: float):
     """(busy_s, latency_s, loads) of the all-reduce by explicit ring steps."""
     m = cfg.mapping
@@ -126,16 +180,26 @@ def layer(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray)
             for x in expert_ids[n]:
                 counts[x] += 1
     n_tokens = counts.sum() / mdl.top_k
-    traffic = dispatch(cfg, host, expert_ids, token_mask)
+    s = cfg.expert_shards
+    if s:
+        traffic, vol = esp_dispatch(cfg, host, expert_ids, token_mask)
+        eb, el, eloads = esp_ring(cfg, vol)
+        served = np.zeros((e, d))
+        for y, x in enumerate(esp_group_of_expert(cfg, host)):
+            served[y, cfg.esp_groups[x]] = 1.0 / s
+    else:
+        traffic = dispatch(cfg, host, expert_ids, token_mask)
+        eb = el = 0.0
+        eloads = np.zeros(cfg.topo.num_links)
+        served = host / host.sum(1, keepdims=True)
     db, dl, dloads = phase(traffic, cfg.topo)
     cb, cl, cloads = phase(traffic.T, cfg.topo)
-    served = host / host.sum(1, keepdims=True)
     dev_s = np.zeros(d)
     for x in range(d):
         for y in range(e):
             tok = counts[y] * served[y, x]
             comp = tok * mdl.expert_flops_per_token / dev.flops(cfg.expert_dtype)
-            mem = (tok > 0) * mdl.expert_weight_bytes / dev.memory_Bps
+            mem = (tok > 0) * mdl.expert_weight_bytes / max(s, 1) / dev.memory_Bps
             dev_s[x] += max(comp, mem)
     t_exp = dev_s.max()
     ab, al, aloads = allreduce(cfg, n_tokens)
@@ -150,13 +214,17 @@ def layer(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray)
     for m in cfg.micro_batches:
         a_st = [att / m, ab / m + al]
         m_st = [db / m + dl, t_exp / m, cb / m + cl]
+        if s:  # ESP: all-gather before and reduce-scatter after the expert slices
+            m_st = [db / m + dl, eb / m + el, t_exp / m, eb / m + el, cb / m + cl]
         total = sum(a_st) + (m - 1) * max(a_st) + sum(m_st) + (m - 1) * max(m_st)
         if best is None or total < best[0]:
             best = (total, m)
     hops = mp.mesh_hops(cfg.mapping.rows, cfg.mapping.cols)
     return {
         "layer_s": best[0], "micro_batches": best[1], "all_to_all_s": db + dl + cb + cl,
-        "all_reduce_s": ab + al, "moe_compute_s": t_exp, "attention_s": att,
-        "avg_hops": (traffic * hops).sum() / traffic.sum(), "a2a_link_bytes": dloads + cloads,
-        "ar_link_bytes": aloads, "device_tokens": (counts[:, None] * served).sum(0),
+        "all_reduce_s": ab + al, "esp_reduce_s": 2 * (eb + el), "moe_compute_s": t_exp,
+        "attention_s": att,
+        "avg_hops": (traffic * hops).sum() / max(traffic.sum(), 1e-30),
+        "a2a_link_bytes": dloads + cloads, "ar_link_bytes": aloads, "esp_link_bytes": 2 * eloads,
+        "device_tokens": (counts[:, None] * served).sum(0),
     }

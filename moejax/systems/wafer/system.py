@@ -66,6 +66,10 @@ class WaferConfig:
     attention_dtype: str = "fp16"  # 001 §VI-A: FP16 attention and communication
     context_len: int = 0
     migration_free: bool = False  # copies from local disks over dedicated channels (001 §VI-D)
+    # ESP (001 §VI-B5): experts sliced over EP groups of `expert_shards` devices (0 = off)
+    expert_shards: int = 0
+    esp_groups: np.ndarray | None = None  # [X, S] EP groups, ring order
+    esp_landing: np.ndarray | None = None  # [H, X, D] where holder set h's tokens enter group x
 
     @property
     def num_devices(self) -> int:
@@ -81,8 +85,12 @@ def make_config(platform: Platform, model: ModelSpec, *, mapping: str = "baselin
                 micro_batches: tuple[int, ...] = (1, 2, 4, 8), balancer: str = "none",
                 invasive: bool = True, shadow_slots: int = 0, history_decay: float = 0.8,
                 cold_fraction: float = 0.5, context_len: int = 0,
-                migration_free: bool = False) -> WaferConfig:
-    """Validated WaferConfig; topology, mapping and source split are built once here."""
+                migration_free: bool = False, expert_shards: int = 0) -> WaferConfig:
+    """Validated WaferConfig; topology, mapping and source split are built once here.
+
+    expert_shards > 0 turns on ESP (001 §VI-B5): every expert is sliced over the devices of
+    one EP group of that many devices (compact mesh tiles / contiguous GPU blocks).
+    """
     topo = topology.build(platform)
     spec = platform.topology
     if balancer not in bal.BALANCERS:
@@ -95,6 +103,13 @@ def make_config(platform: Platform, model: ModelSpec, *, mapping: str = "baselin
         raise ConfigError(f"history_decay = {history_decay} must be in [0, 1)")
     if not 0.0 < cold_fraction <= 1.0:
         raise ConfigError(f"cold_fraction = {cold_fraction} must be in (0, 1]")
+    if expert_shards:
+        if mapping == "her":
+            raise ConfigError("expert_shards > 0 (ESP) is modelled for mapping = 'baseline' or "
+                              "'er' only (001 §VI-B5), not 'her'")
+        if balancer != "none" or shadow_slots:
+            raise ConfigError("expert_shards > 0 (ESP) needs balancer = 'none' and "
+                              "shadow_slots = 0: replicas of sharded experts are not modelled")
     if spec.kind in ("mesh2d", "multi_wafer_mesh"):
         if mapping == "her" and not retain_allgather:
             raise ConfigError("retain_allgather = false is not defined for mapping = 'her' "
@@ -115,9 +130,17 @@ def make_config(platform: Platform, model: ModelSpec, *, mapping: str = "baselin
         split = mp.ftd_source_split(m)  # 001 §IV-A: fetch inside the FTD
     else:
         split = mp.source_split(m.holders, cost)  # the token's single holder
+    esp = {}
+    if expert_shards:
+        rows, cols = (topo.rows, topo.cols) if spec.kind in ("mesh2d", "multi_wafer_mesh") \
+            else (1, topo.num_devices)
+        groups = mp.esp_groups(rows, cols, expert_shards)
+        # the landing device fetches a token from its nearest holder (itself if it is one)
+        split = mp.source_split(m.holders, cost)
+        esp = dict(esp_groups=groups, esp_landing=mp.esp_landing(m.holders, groups))
     return WaferConfig(platform, model, topo, m, split, tuple(int(x) for x in micro_batches),
                        balancer, invasive, shadow_slots, history_decay, cold_fraction,
-                       "int8", "fp16", context_len, migration_free)
+                       "int8", "fp16", context_len, migration_free, int(expert_shards), **esp)
 
 
 @struct.dataclass
@@ -139,9 +162,16 @@ class WaferParams:
 
 
 def default_params(cfg: WaferConfig, *, alpha: float = 0.0, beta: float = 0.0) -> WaferParams:
-    """Expert e natively on device e * D // E (one expert per device when E == D), no shadows."""
+    """Expert e natively on device e * D // E (one expert per device when E == D), no shadows.
+
+    Under ESP expert e lives in EP group e * X // E (placement names the group's first device).
+    """
     e, d = cfg.model.num_experts, cfg.num_devices
-    place = jax.nn.one_hot(np.arange(e) * d // e, d)
+    if cfg.expert_shards:
+        g = cfg.esp_groups
+        place = jax.nn.one_hot(g[np.arange(e) * g.shape[0] // e, 0], d)
+    else:
+        place = jax.nn.one_hot(np.arange(e) * d // e, d)
     return WaferParams(place, jnp.zeros((e, d)), jnp.float32(alpha), jnp.float32(beta))
 
 
@@ -221,6 +251,66 @@ def allreduce_unit_phases(cfg: WaferConfig):
     return tuple(out)
 
 
+# --- ESP (001 §VI-B5) -----------------------------------------------------------------------
+
+
+def esp_member(cfg: WaferConfig) -> np.ndarray:
+    """float [D, X]: device d belongs to EP group x."""
+    g = cfg.esp_groups
+    out = np.zeros((cfg.num_devices, g.shape[0]), np.float32)
+    out[g, np.arange(g.shape[0])[:, None]] = 1.0
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def esp_unit_steps(cfg: WaferConfig):
+    """Static (link bytes [X, Lk], latency_s [X]) of one ring step of each EP group.
+
+    Member i of group x sends one byte to member i + 1 (`collectives.ring_step_traffic`);
+    groups are disjoint tiles, so a step of all groups loads the links with the sum.
+    """
+    g = cfg.esp_groups
+    d = cfg.num_devices
+    with jax.ensure_compile_time_eval():
+        steps = np.stack([np.asarray(collectives.ring_step_traffic(g[x:x + 1], 1.0, d))
+                          for x in range(g.shape[0])])  # [X, D, D]
+        loads = np.asarray(cfg.topo.link_loads(jnp.asarray(steps)), np.float64)
+    lat = (cfg.topo.path_latency_s[None] * (steps > 0)).max(axis=(1, 2))
+    return loads, lat
+
+
+def esp_parts(cfg: WaferConfig, host, pairs_he, tau_s):
+    """ESP communication of one layer (001 §VI-B5).
+
+    host [E, D]: expert e's EP group is that of its native device (soft rows: shares).
+    1. all-to-all: each (token, expert) pair enters its expert's EP group once
+       (`mapping.esp_landing`: free when a holder of the token is in the group, as for
+       every token under ER with S = D / TP; else fetched from the nearest holder);
+    2. ring all-gather of the group's tokens (every slice needs every token), experts on
+       their slices, ring reduce-scatter of the partial sums back to the landing devices:
+       together the volume of one all-reduce inside the EP group ("all-reduce operations to
+       aggregate partial sums within EP groups"), (S - 1) steps each of V_x / S per member;
+    3. combine = the all-to-all reversed.
+    Returns (served [E, D], dispatch traffic [D, D], one ring step's link loads [Lk],
+    ring busy_s and latency_s of one collective (all-gather or reduce-scatter)).
+    """
+    s = cfg.expert_shards
+    member = jnp.asarray(esp_member(cfg))  # [D, X]
+    eg = host @ member  # [E, X]
+    eg = eg / jnp.maximum(eg.sum(-1, keepdims=True), 1e-30)
+    served = eg @ member.T / s  # each slice serves all of the expert's tokens, 1/S of the work
+    pairs_hx = pairs_he @ eg  # [H, X]
+    b = jnp.einsum("hx,hxd->hd", pairs_hx, jnp.asarray(cfg.esp_landing))
+    disp = jnp.einsum("hd,hds->sd", b, jnp.asarray(cfg.source_split)) * cfg.model.token_bytes
+    vol = pairs_hx.sum(0) * cfg.model.token_bytes  # [X] bytes gathered into each group
+    unit, lat = esp_unit_steps(cfg)
+    loads = (vol / s) @ jnp.asarray(unit, jnp.float32)  # one ring step [Lk]
+    bw = jnp.asarray(cfg.topo.link_Bps, jnp.float32)
+    busy = (s - 1) * relax.max(loads / bw, tau_s, axis=-1)
+    ring_lat = (s - 1) * jnp.max((vol > 0) * jnp.asarray(lat, jnp.float32))
+    return served, disp, loads * (s - 1), busy, ring_lat
+
+
 def phase_parts(traffic, topo, tau=0.0):
     """(busy_s, latency_s, link bytes [Lk]) of one phase (collectives.phase_time_s split)."""
     loads = topo.link_loads(traffic)
@@ -247,12 +337,14 @@ def pipeline_s(stages_busy, stages_lat, m, tau=0.0):
 def expert_device_s(cfg: WaferConfig, tokens_ed, tau_s, tau_tok):
     """Per-device routed-expert time [D]: roofline per hosted expert, and its compute part.
 
-    tokens_ed [E, D]: tokens expert e processes on device d. An expert that received a token
-    reads its weights once (INT8 linear layers, 001 §VI-A).
+    tokens_ed [E, D]: tokens expert e processes on device d (in full-expert units; under ESP
+    1/S of the expert's tokens, i.e. all of them on a 1/S slice). An expert that received a
+    token reads its weights (its slice under ESP) once (INT8 linear layers, 001 §VI-A).
     """
     m, dev = cfg.model, cfg.platform.device
+    share = 1.0 / cfg.expert_shards if cfg.expert_shards else 1.0
     comp = compute_time_s(tokens_ed * m.expert_flops_per_token, dev.flops(cfg.expert_dtype))
-    mem = memory_time_s(relax.positive(tokens_ed, tau_tok) * m.expert_weight_bytes,
+    mem = memory_time_s(relax.positive(tokens_ed, tau_tok) * m.expert_weight_bytes * share,
                         dev.memory_Bps)
     return relax.maximum(comp, mem, tau_s).sum(0), comp.sum(0)
 
@@ -280,10 +372,13 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
     """
     tau_s = params.tau * time_scale_s(cfg)
     topo = cfg.topo
-    served = served_share(host)
     n_tokens = counts.sum() / cfg.model.top_k
     pairs = holder_tokens(cfg, expert_ids, token_mask, counts)
-    disp = dispatch_traffic(cfg, served, pairs)
+    if cfg.expert_shards:  # 001 §VI-B5
+        served, disp, esp_loads, esp_busy, esp_lat = esp_parts(cfg, host, pairs, tau_s)
+    else:
+        served = served_share(host)
+        disp = dispatch_traffic(cfg, served, pairs)
     d_busy, d_lat, d_loads = phase_parts(disp, topo, tau_s)
     c_busy, c_lat, c_loads = phase_parts(disp.T, topo, tau_s)
     tokens_ed = counts[:, None] * served
@@ -301,7 +396,15 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
     att = attention_s(cfg, n_tokens, tau_s)
     mb = jnp.asarray(cfg.micro_batches, jnp.float32)[:, None]
     att_phase = pipeline_s([att, ar_busy], [0.0, ar_lat], mb, tau_s)[:, 0]
-    moe_phase = pipeline_s([d_busy, t_exp, c_busy], [d_lat, 0.0, c_lat], mb, tau_s)[:, 0]
+    if cfg.expert_shards:  # dispatch, all-gather, expert slices, reduce-scatter, combine
+        moe_phase = pipeline_s([d_busy, esp_busy, t_exp, esp_busy, c_busy],
+                               [d_lat, esp_lat, 0.0, esp_lat, c_lat], mb, tau_s)[:, 0]
+        esp_s = 2.0 * (esp_busy + esp_lat)
+        esp_bytes = 2.0 * esp_loads
+    else:
+        moe_phase = pipeline_s([d_busy, t_exp, c_busy], [d_lat, 0.0, c_lat], mb, tau_s)[:, 0]
+        esp_s = jnp.float32(0.0)
+        esp_bytes = jnp.zeros(topo.num_links)
     total = att_phase + moe_phase
     best = relax.argmin_onehot(total, tau_s)
     off = 1.0 - jnp.eye(cfg.num_devices)
@@ -314,6 +417,8 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
         "all_to_all_s": d_busy + d_lat + c_busy + c_lat,
         "dispatch_s": d_busy + d_lat,
         "all_reduce_s": ar_busy + ar_lat,
+        "esp_reduce_s": esp_s,
+        "esp_link_bytes": esp_bytes,
         "attention_s": att,
         "moe_compute_s": t_exp,
         "avg_hops": (disp * hops).sum() / jnp.maximum(disp.sum(), 1e-30),
@@ -397,8 +502,9 @@ class WaferState:
     iterations: jax.Array
 
 
-SCALARS = ("layer_s", "forward_s", "all_to_all_s", "all_reduce_s", "attention_s",
-           "moe_compute_s", "moe_phase_s", "attention_phase_s", "avg_hops", "max_over_mean",
+SCALARS = ("layer_s", "forward_s", "all_to_all_s", "all_reduce_s", "esp_reduce_s",
+           "attention_s", "moe_compute_s", "moe_phase_s", "attention_phase_s", "avg_hops",
+           "max_over_mean",
            "migrations", "migration_s", "migration_bytes", "spill_bytes", "micro_batches",
            "moe_throughput", "utilization_mean", "tokens", "activation_delay")
 
@@ -470,6 +576,7 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         vals = {
             "layer_s": out["layer_s"].mean(), "forward_s": forward,
             "all_to_all_s": out["all_to_all_s"].mean(), "all_reduce_s": out["all_reduce_s"].mean(),
+            "esp_reduce_s": out["esp_reduce_s"].mean(),
             "attention_s": out["attention_s"].mean(), "moe_compute_s": out["moe_compute_s"].mean(),
             "moe_phase_s": out["moe_phase_s"].mean(),
             "attention_phase_s": out["attention_phase_s"].mean(),
@@ -504,7 +611,7 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         res["migrations"] = state.sums["migrations"]
         res["activation_delay"] = state.sums["activation_delay"] / jnp.maximum(
             (outs["migrations"] > 0).sum(), 1.0)
-        res["comm_s"] = res["all_to_all_s"] + res["all_reduce_s"]
+        res["comm_s"] = res["all_to_all_s"] + res["all_reduce_s"] + res["esp_reduce_s"]
         res["migration_ratio"] = res["migration_s"] / jnp.maximum(res["forward_s"], 1e-30)
         res["link_bytes"] = state.link_bytes / n
         res["ar_link_bytes"] = state.ar_link_bytes / n
@@ -532,6 +639,7 @@ def _read_options(t) -> tuple[dict, dict]:
         history_decay=t.float("history_decay", 0.8, positive=False, hi=0.999),
         cold_fraction=t.float("cold_fraction", 0.5, hi=1.0),
         context_len=t.int("context_len", 0, lo=0),
+        expert_shards=t.int("expert_shards", 0, lo=0),  # ESP, 001 §VI-B5 (0 = off)
     )
     mbs = t._get("micro_batches", [1, 2, 4, 8], False)
     if not (isinstance(mbs, list) and mbs and all(isinstance(x, int) and not isinstance(x, bool)
