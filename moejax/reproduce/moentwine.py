@@ -37,9 +37,9 @@ def model_of(name: str):
 
 
 @functools.cache
-def _layer_fn(platform: str, model: str, mapping: str, tp: int, retain: bool):
+def _layer_fn(platform: str, model: str, mapping: str, tp: int, retain: bool, shards: int = 0):
     cfg = ws.make_config(load_platform(platform), model_of(model), mapping=mapping,
-                         tp_size=tp, retain_allgather=retain)
+                         tp_size=tp, retain_allgather=retain, expert_shards=shards)
     params = ws.default_params(cfg)
     empty_ids = jnp.zeros((0, cfg.model.top_k), jnp.int32)
     empty_mask = jnp.zeros((0,), bool)
@@ -52,16 +52,21 @@ def _layer_fn(platform: str, model: str, mapping: str, tp: int, retain: bool):
 
 
 def comm_point(platform: str, model: str, mapping: str, tp: int,
-               tokens_per_group: int = TOKENS_PER_GROUP, retain: bool = True) -> dict:
-    """One balanced MoE layer (expected counts, 001 §VI-B): latencies in seconds and hops."""
-    cfg, run = _layer_fn(platform, model, mapping, tp, retain)
+               tokens_per_group: int = TOKENS_PER_GROUP, retain: bool = True,
+               shards: int = 0) -> dict:
+    """One balanced MoE layer (expected counts, 001 §VI-B): latencies in seconds and hops.
+
+    shards > 0: ESP with EP groups of that many devices (001 §VI-B5); comm_s then includes
+    the EP groups' partial-sum all-reduce (`esp_reduce_s`).
+    """
+    cfg, run = _layer_fn(platform, model, mapping, tp, retain, shards)
     m = cfg.model
     n = cfg.mapping.num_groups * tokens_per_group
     counts = jnp.full((m.num_experts,), n * m.top_k / m.num_experts, jnp.float32)
     out = run(counts)
     res = {k: float(out[k]) for k in ("all_to_all_s", "all_reduce_s", "avg_hops", "layer_s",
-                                      "moe_compute_s", "attention_s")}
-    res["comm_s"] = res["all_to_all_s"] + res["all_reduce_s"]
+                                      "moe_compute_s", "attention_s", "esp_reduce_s")}
+    res["comm_s"] = res["all_to_all_s"] + res["all_reduce_s"] + res["esp_reduce_s"]
     res["link_bytes"] = np.asarray(out["a2a_link_bytes"])
     res["ar_link_bytes"] = np.asarray(out["ar_link_bytes"])
     return res
@@ -175,6 +180,76 @@ def fig14b(out: Path, quick: bool) -> dict:
                     rows[k].append(r[k])
     _csv(out / "fig14b_allgather.csv", rows)
     return rows
+
+
+ESP_MODELS = ("dbrx", "mixtral-8x22b")  # 001 §VI-B5: few but large experts
+
+
+def fig14a(out: Path, quick: bool) -> dict:
+    """ESP (001 §VI-B5, Fig. 14(a)): DGX vs WSC, baseline vs ER, DBRX and Mixtral-8x22B.
+
+    Experts sliced over EP groups of S = D / TP devices (TP = 4): on the WSC compact tiles
+    (under ER exactly the FTDs); on the DGX one node (S = min(D / TP, 8): a slice group that
+    spans nodes would run its partial-sum rings over InfiniBand). 256 tokens per TP group,
+    balanced gating as in Fig. 13(b).
+    """
+    pairs = (("dgx-b200-4node", "wsc-6x6"),) if quick else (
+        ("dgx-b200-4node", "wsc-6x6"), ("dgx-b200-8node", "wsc-8x8"))
+    rows = {"model": [], "scale": [], "system": [], "all_to_all_s": [], "all_reduce_s": [],
+            "esp_reduce_s": [], "comm_s": [], "layer_s": []}
+    for m in ESP_MODELS:
+        for dgx, wsc in pairs:
+            for plat, mapping in ((dgx, "baseline"), (wsc, "baseline"), (wsc, "er")):
+                pf = load_platform(plat)
+                shards = pf.num_devices // 4
+                if pf.topology.devices_per_node:
+                    shards = min(shards, pf.topology.devices_per_node)
+                r = comm_point(plat, m, mapping, 4, shards=shards)
+                rows["model"].append(m)
+                rows["scale"].append(wsc)
+                rows["system"].append(f"{plat}/{mapping}")
+                for k in ("all_to_all_s", "all_reduce_s", "esp_reduce_s", "comm_s", "layer_s"):
+                    rows[k].append(r[k])
+    _csv(out / "fig14a_esp.csv", rows)
+    sel = [i for i, sc in enumerate(rows["scale"]) if sc == "wsc-6x6"]
+    _plot_bars(out / "fig14a_esp.png", {k: [v[i] for i in sel] for k, v in rows.items()},
+               "model", "comm_s", "system",
+               "001 Fig. 14(a): ESP comm per layer (all-to-all + all-reduces), 6x6 vs 4-node DGX")
+    return rows
+
+
+def esp_claim(rows: dict) -> Claim:
+    """`moentwine.esp` from `fig14a` rows (6x6 WSC vs 4-node DGX)."""
+    by = {(m, s): (c, a) for m, s, sc, c, a in zip(rows["model"], rows["system"], rows["scale"],
+                                                   rows["comm_s"], rows["all_to_all_s"],
+                                                   strict=True) if sc == "wsc-6x6"}
+    models = list(dict.fromkeys(m for m, _ in by))
+    wsc = [_reduction(by[(m, "dgx-b200-4node/baseline")][0], by[(m, "wsc-6x6/baseline")][0])
+           for m in models]
+    er = [_reduction(by[(m, "wsc-6x6/baseline")][0], by[(m, "wsc-6x6/er")][0]) for m in models]
+    mw, me = float(np.mean(wsc)), float(np.mean(er))
+    holds = _near(mw, 0.50) and _near(me, 0.09)
+    notes = []
+    if not _near(mw, 0.50):
+        notes.append("WSC vs DGX: " + ("direction holds, magnitude differs (the DGX all-to-all "
+                                      "is bound by the 50 GB/s InfiniBand NIC per GPU)"
+                                      if mw > 0 else "direction differs"))
+    if not _near(me, 0.09):
+        notes.append("ER: the all-to-all " + ("vanishes" if all(
+            by[(m, "wsc-6x6/er")][1] == 0 for m in models) else "shrinks")
+            + " but it is small next to the EP groups' all-reduce (same tiles in both "
+            "mappings), and ER's entwined attention rings (3 hops on 3x3 FTDs) cost "
+            + ("more than it saves" if me < 0 else "about what it saves"))
+    note = "; ".join(notes)
+    return Claim(
+        "moentwine.esp", "ESP (DBRX, Mixtral-8x22B): WSC ~50% less communication than DGX on "
+        "average, ER-Mapping a further ~9% (all-to-all eliminated; §VI-B5, Fig. 14(a))",
+        {"mean_wsc_vs_dgx_reduction": mw, "mean_er_reduction": me,
+         "per_model_wsc_vs_dgx": dict(zip(models, wsc, strict=True)),
+         "per_model_er": dict(zip(models, er, strict=True)),
+         "er_all_to_all_s": {m: by[(m, "wsc-6x6/er")][1] for m in models},
+         "baseline_all_to_all_s": {m: by[(m, "wsc-6x6/baseline")][1] for m in models}},
+        holds, note)
 
 
 def fig11_heatmaps(out: Path) -> list[str]:
@@ -413,6 +488,8 @@ def run(out_dir: Path, quick: bool) -> Report:
         "all-to-all shrinks, ~17% better on average (§VI-B6, Fig. 14(b))",
         {"mean_gain_baseline_mapping": ag, "mean_gain_er_mapping": float(np.mean(gain["er"]))},
         _near(ag, 0.17, 2.0)))
+    claims.append(esp_claim(fig14a(out, quick)))
+    files += ["fig14a_esp.csv", "fig14a_esp.png"]
     files += fig11_heatmaps(out)
 
     f15 = fig15(out, quick)
