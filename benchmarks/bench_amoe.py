@@ -6,6 +6,11 @@ excluded by a warm-up call on the same shapes); the plain-Python event loop runs
 of the same requests when `--requests <= --ref-max`. Prints streams/s and events/s.
 
     python benchmarks/bench_amoe.py --requests 2000 --streams 1 16 256
+
+With `--events N` each run is timed over N events per stream only (after a warm-up chunk
+of N that compiles and advances the state), the reference over N events of one stream, and
+streams/s is *projected* as events/s divided by `--events-per-stream` (an estimate the
+caller supplies, e.g. measured on a smaller full run); the output says so.
 """
 
 from __future__ import annotations
@@ -29,7 +34,15 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=1)
     ap.add_argument("--chunk", type=int, default=8192)
     ap.add_argument("--ref-max", type=int, default=200, help="largest R for the reference")
+    ap.add_argument("--events", type=int, default=0,
+                    help="time only this many events per stream (projected streams/s)")
+    ap.add_argument("--events-per-stream", type=float, default=0.0,
+                    help="estimated events of one full stream, for the projection")
+    ap.add_argument("--ref-events", type=int, default=0,
+                    help="with --events: reference events to time (default --events)")
     args = ap.parse_args()
+    if args.events:
+        return partial(args)
     print(f"backend: {jax.default_backend()}, devices: {jax.devices()}")
     model = load_model("mixtral-8x7b")
     system, params, pol = serve.build("a100x8-nvswitch", model, args.policy, args.requests,
@@ -37,7 +50,7 @@ def main() -> None:
     for n in args.streams:
         st = serve.streams(jax.random.key(0), num_streams=n, num_requests=args.requests,
                            rate_per_s=args.rate, workload="medium")
-        runner.run_streams(system, params, st, jax.random.key(1), chunk_steps=args.chunk)
+        warm_up(system, params, st, args.chunk)
         t0 = time.perf_counter()
         out = runner.run_streams(system, params, st, jax.random.key(1), chunk_steps=args.chunk)
         jax.block_until_ready(out)
@@ -58,6 +71,57 @@ def main() -> None:
         dt = time.perf_counter() - t0
         print(f"reference   streams=   1 requests={args.requests}: {dt:9.2f} s  "
               f"{1 / dt:10.4f} streams/s  {ref['events'] / dt:12.0f} events/s")
+
+
+def partial(args) -> None:
+    """Events/s over `--events` events per stream; streams/s projected (labelled)."""
+    model = load_model("mixtral-8x7b")
+    system, params, pol = serve.build("a100x8-nvswitch", model, args.policy, args.requests,
+                                      top_k=args.top_k)
+    per_stream = float(args.events_per_stream)
+    print(f"backend: {jax.default_backend()}; timing {args.events} events per stream; "
+          f"streams/s PROJECTED with {per_stream:.3g} events per {args.requests}-request stream")
+    for n in args.streams:
+        st = serve.streams(jax.random.key(0), num_streams=n, num_requests=args.requests,
+                           rate_per_s=args.rate, workload="medium")
+        init, step_chunk, _ = runner._compiled(system, int(args.events))
+        keys = jax.random.split(jax.random.key(1), n)
+        state, done = step_chunk(params, init(params, st, keys))  # compile + first chunk
+        jax.block_until_ready(state)
+        ev0 = np.asarray(state.events).sum()
+        t0 = time.perf_counter()
+        state, done = step_chunk(params, state)
+        jax.block_until_ready(state)
+        dt = time.perf_counter() - t0
+        ev = float(np.asarray(state.events).sum() - ev0)
+        proj = f"{ev / dt / per_stream:10.5f}" if per_stream else "       n/a"
+        print(f"vectorized  streams={n:4d} requests={args.requests}: {ev:9.0f} events in "
+              f"{dt:7.2f} s  {ev / dt:10.0f} events/s  projected {proj} streams/s")
+    if pol.system == "aep":
+        cfg = system_cfg(model, args)
+        st = serve.streams(jax.random.key(0), num_streams=1, num_requests=args.requests,
+                           rate_per_s=args.rate, workload="medium")
+        seed = int(aep.stream_seed(jax.random.split(jax.random.key(1), 1)[0]))
+        m = int(args.ref_events or args.events)
+        t0 = time.perf_counter()
+        try:
+            reference.simulate(cfg, np.asarray(st.arrival_s[0]), np.asarray(st.input_len[0]),
+                               np.asarray(st.output_len[0]), np.asarray(st.mask[0]), seed,
+                               decay=float(params.decay), max_events=m)
+        except RuntimeError:  # stopped after m events, as asked
+            pass
+        dt = time.perf_counter() - t0
+        proj = f"{m / dt / per_stream:10.7f}" if per_stream else "       n/a"
+        print(f"reference   streams=   1 requests={args.requests}: {m:9d} events in "
+              f"{dt:7.2f} s  {m / dt:10.0f} events/s  projected {proj} streams/s")
+
+
+def warm_up(system, params, st, chunk: int) -> None:
+    """Compile init / chunk / finish for these shapes (one chunk run, discarded)."""
+    init, step_chunk, finish = runner._compiled(system, int(chunk))
+    keys = jax.random.split(jax.random.key(1), int(np.shape(st.arrival_s)[0]))
+    state, _ = step_chunk(params, init(params, st, keys))
+    jax.block_until_ready(finish(params, state))
 
 
 def system_cfg(model, args):

@@ -104,7 +104,7 @@ def test_every_token_passes_every_block_once():
 
 def test_topk_merge_waits_for_all_k():
     cfg = _setup(top_k=2)
-    st = _streams(1, seed=3)
+    st = _streams(2, seed=3)
     _, _, keys = _run(cfg, st)
     log = _ref(cfg, st, keys, 0)["log"]
     nb = cfg.num_blocks
@@ -143,7 +143,7 @@ def test_kv_capacity_never_exceeded():
 
 def test_load_balancer_most_free_memory():
     cfg = _cached_setup()
-    st = _streams(1, rate=1e6)  # all arrive at once: ranks fill alternately by free memory
+    st = _streams(2, rate=1e6)  # all arrive at once: ranks fill alternately by free memory
     _, state, _ = _run(cfg, st)
     rank = np.asarray(state.rank[0])
     need = np.asarray(st.input_len[0] + st.output_len[0])
@@ -154,6 +154,12 @@ def test_load_balancer_most_free_memory():
         used[rank[r]] += need[r]
 
 
+@functools.cache
+def _sync_system():
+    cfg = _cached_setup()
+    return sync.build(sync.make_config(cfg.platform, cfg.model, num_requests=R, max_running=1))
+
+
 @pytest.mark.parametrize("which", ["aep", "sync"])
 def test_throughput_below_roofline(which):
     cfg = _cached_setup()
@@ -162,8 +168,7 @@ def test_throughput_below_roofline(which):
         out, _, _ = _run(cfg, st)
         gpus = len(set(cfg.expert_gpus))
     else:
-        scfg = sync.make_config(cfg.platform, cfg.model, num_requests=R)
-        out = runner.run_streams(sync.build(scfg), sync.SyncParams(), st, chunk_steps=64)
+        out = runner.run_streams(_sync_system(), sync.SyncParams(), st, chunk_steps=64)
         gpus = cfg.num_devices
     per_token = cfg.num_blocks * cfg.model.top_k * float(cfg.cost.exp_comp)
     bound = gpus / per_token
@@ -171,28 +176,33 @@ def test_throughput_below_roofline(which):
     assert (np.asarray(out["throughput_tok_s"]) > 0).all()
 
 
-def test_vmap_equals_single_runs():
+def test_vmap_equals_per_stream_runs():
+    """A vmapped batch of streams equals running each stream alone (same keys)."""
     cfg = _cached_setup()
-    st = _streams(3)
-    out, _, keys = _run(cfg, st)
-    for i in range(3):
+    st = _streams(2)
+    out, state, keys = _run(cfg, st)
+    assert len(set(map(tuple, np.asarray(out["completion_tick"])))) == 2  # streams differ
+    for i in range(2):
         one = jax.tree_util.tree_map(lambda x, i=i: x[i:i + 1], st)
-        o1 = runner.run_streams(_system(cfg), aep.AEPParams(), one, chunk_steps=128,
-                                keys=keys[i:i + 1])
+        o1, s1 = runner.run_streams(_system(cfg), aep.AEPParams(), one, chunk_steps=128,
+                                    keys=keys[i:i + 1], return_state=True)
         np.testing.assert_array_equal(o1["completion_tick"][0], out["completion_tick"][i])
+        np.testing.assert_array_equal(np.asarray(s1.busy[0]), np.asarray(state.busy[i]))
+        assert int(o1["events"][0]) == int(out["events"][i])
 
 
 def test_step_jit_equals_nojit():
+    """The event step gives bit-identical states with and without jit (a few events)."""
     cfg = _cached_setup()
-    st = jax.tree_util.tree_map(lambda x: x[0], _streams(1))
-    system = aep.build(cfg)
+    st = jax.tree_util.tree_map(lambda x: x[0], _streams(1, rate=1e5))
+    system = _system(cfg)
     p = aep.AEPParams()
-    s0 = system.init(p, st, jax.random.key(0))
-    a = b = s0
+    a = b = system.init(p, st, jax.random.key(0))
     jstep = jax.jit(system.step)
-    for t in range(2):
-        a, _ = system.step(p, a, t)
-        b, _ = jstep(p, b, t)
+    for t in range(2):  # an admission, then the launch of its token's attention
+        a, _ = system.step(p, a, jnp.int32(t))
+        b, _ = jstep(p, b, jnp.int32(t))
+    assert int(a.events) == 2 and int(a.execs.sum()) == 1
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 

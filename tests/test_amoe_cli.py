@@ -30,3 +30,14 @@ def test_simulate_needs_rate_and_known_workload(capsys):
     assert "--rate" in capsys.readouterr().err
     assert main([*base, "--rate", "10", "--workload", "huge"]) == 2
     assert "short, medium, reasonable" in capsys.readouterr().err
+
+
+def test_simulate_rejects_trace_file(tmp_path, capsys):
+    f = tmp_path / "t.npz"
+    f.write_bytes(b"not read")
+    rc = main(["simulate", "--hardware", "a100x8-nvswitch", "--model", "mixtral-8x7b",
+               "--policy", "aep-mtfs", "--rate", "100", "--workload", "medium",
+               "--trace", str(f)])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert "--trace" in err and "request stream" in err and len(err.splitlines()) == 1

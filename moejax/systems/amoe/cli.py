@@ -37,6 +37,10 @@ def p99_from_hist(hist) -> float:
 def simulate(args) -> int:
     from moejax.results import atomic_write_csv, atomic_write_json
 
+    if getattr(args, "trace", None):
+        raise ConfigError(f"--trace: policy {args.policy!r} draws its routing from a Poisson "
+                          "request stream (--rate, --workload), not from a recorded trace; "
+                          "drop --trace")
     if args.rate is None or args.rate <= 0:
         raise ConfigError(f"--rate = {args.rate!r}; stream-serving policies need a Poisson "
                           "arrival rate > 0 (requests/s)")
