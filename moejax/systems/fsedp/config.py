@@ -165,12 +165,18 @@ class FSEDPParams:
     tau: relaxation temperature (0 = exact).
     theta_min, slack: Algorithm 2 knobs as traced scalars (moejax.tune), read by
       `buffering.plan_iteration`; None = the static config's values.
+    ddr_Bps, link_Bps, weight_buffer_bytes: per-die DDR bandwidth, D2D link bandwidth and
+      expert-weight buffer as traced scalars, so a design-space sweep (§VI-D, Fig. 16) is one
+      vmapped call over params; None = the platform / config values.
     """
 
     num_microslices: jax.Array = struct.field(default_factory=lambda: jnp.float32(8.0))
     tau: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
     theta_min: jax.Array | None = None
     slack: jax.Array | None = None
+    ddr_Bps: jax.Array | None = None
+    link_Bps: jax.Array | None = None
+    weight_buffer_bytes: jax.Array | None = None
 
 
 def default_params(cfg: FSEDPConfig, num_microslices: float = 8.0) -> FSEDPParams:

@@ -35,6 +35,8 @@ One scan step = one event (an expert's stream ends or its drain ends); at most 2
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,6 +49,26 @@ from moejax.systems.fsedp.config import SLOTS_PER_RUNNING_EXPERT, FSEDPConfig
 COMPUTE, DDR, D2D = 0, 1, 2
 PENDING, STREAMING, DRAINING, DONE = 0, 1, 2, 3
 REL_TOL = 1e-5  # events closer than this (relative) happen together
+
+
+class Hardware(NamedTuple):
+    """Per-die resources the layer reads (scalars; traced in a design-space sweep)."""
+
+    ddr_Bps: jax.Array | float
+    link_Bps: jax.Array | float
+    weight_buffer_bytes: jax.Array | float
+
+
+def hardware_of(cfg: FSEDPConfig, params=None) -> Hardware:
+    """The config's DDR / D2D bandwidth and weight buffer, overridden by `params` fields
+    (FSEDPParams.ddr_Bps, link_Bps, weight_buffer_bytes) that are not None."""
+    vals = [cfg.ddr_Bps, cfg.link_Bps, cfg.weight_buffer_bytes]
+    if params is not None:
+        for i, name in enumerate(Hardware._fields):
+            v = getattr(params, name, None)
+            if v is not None:
+                vals[i] = v
+    return Hardware(*vals)
 
 
 def num_events(cfg: FSEDPConfig) -> int:
@@ -89,6 +111,28 @@ def unit_order(cfg: FSEDPConfig, counts):
     return jnp.where(active, unit, e).astype(jnp.int32)
 
 
+def paired_layout(cfg: FSEDPConfig, tok, counts):
+    """Experts re-laid so paired-load unit u (§IV-A) sits at positions 2u and 2u + 1.
+
+    Same pairs as `unit_order` (hot-to-cold position p with n - 1 - p; the middle expert of
+    an odd count alone). Returns tok [D, L] (zero columns for empty places), the expert id
+    of each place [L] (E when empty) and its unit [L] (L when empty); L = 2 ceil(E / 2).
+    Summing a unit is then a reshape, not a gather or an [E, U] matmul (fast under vmap).
+    """
+    e = cfg.model.num_experts
+    half = (e + 1) // 2
+    active = counts > 0
+    n_act = active.sum()
+    order = jnp.argsort(-jnp.where(active, counts, -1.0), stable=True)
+    u = jnp.arange(half)
+    hot = jnp.where(u < (n_act + 1) // 2, order[jnp.minimum(u, e - 1)], e)
+    cold = jnp.where(u < n_act // 2, order[jnp.clip(n_act - 1 - u, 0, e - 1)], e)
+    eid = jnp.stack([hot, cold], axis=-1).reshape(2 * half).astype(jnp.int32)
+    padded = jnp.concatenate([tok, jnp.zeros_like(tok[:, :1])], axis=-1)
+    unit = jnp.where(eid < e, jnp.arange(2 * half) // 2, 2 * half).astype(jnp.int32)
+    return padded[:, eid], eid, unit
+
+
 def ring_successor_hops(cfg: FSEDPConfig, member):
     """Hops from each die to its successor on expert e's ring trajectory, [E, D]."""
     d = cfg.num_devices
@@ -100,12 +144,13 @@ def ring_successor_hops(cfg: FSEDPConfig, member):
     return (nxt * jnp.asarray(cfg.topo.hops, jnp.float32)[None]).sum(-1) * member
 
 
-def expert_demands(cfg: FSEDPConfig, m, tok):
+def expert_demands(cfg: FSEDPConfig, m, tok, hw: Hardware | None = None):
     """Static per-expert quantities of one layer (see module docstring).
 
     Returns member [E, D] bool, comp_s [E, D], ddr_s [E, D] (even shares), send_s [E, D],
     drain_s [E] (pipeline latency without the fill), fill_s scalar (one micro-slice's load).
     """
+    hw = hardware_of(cfg) if hw is None else hw
     mod = cfg.model
     w = mod.expert_weight_bytes
     member = tok.T > 0
@@ -114,14 +159,14 @@ def expert_demands(cfg: FSEDPConfig, m, tok):
     safe_n = jnp.maximum(n_t, 1.0)
     hops = ring_successor_hops(cfg, member)
     comp = tok.T * mod.expert_flops_per_token / cfg.peak_flops + memf * m * cfg.ctrl_overhead_s
-    ddr = memf * (w / safe_n)[:, None] / cfg.ddr_Bps
-    send = memf * (w * (n_t - 1.0) / safe_n)[:, None] * hops / cfg.link_Bps
+    ddr = memf * (w / safe_n)[:, None] / hw.ddr_Bps
+    send = memf * (w * (n_t - 1.0) / safe_n)[:, None] * hops / hw.link_Bps
     w_ms = w / m
     # Rule 1: the last micro-slice passes |T_e| - 1 successors, one compute each.
     per_ms = tok.T * mod.expert_flops_per_token / cfg.peak_flops / m + memf * cfg.ctrl_overhead_s
-    drain = (jnp.maximum(n_t - 1.0, 0.0) * w_ms / cfg.link_Bps
+    drain = (jnp.maximum(n_t - 1.0, 0.0) * w_ms / hw.link_Bps
              + (hops.sum(-1) - hops.max(-1)) * cfg.hop_latency_s + per_ms.max(-1))
-    return member, comp, ddr, send, drain, w_ms / cfg.ddr_Bps
+    return member, comp, ddr, send, drain, w_ms / hw.ddr_Bps
 
 
 @struct.dataclass
@@ -132,7 +177,7 @@ class LayerState:
     status: jax.Array  # int [E]: PENDING / STREAMING / DRAINING / DONE
     prog: jax.Array  # [E] fraction of the stream done
     drain_end_s: jax.Array  # [E]
-    dem_s: jax.Array  # [E, D, 3] seconds of each resource the whole stream needs
+    ddr_s: jax.Array  # [E, D] DDR seconds of the stream per die (compute, D2D: static)
     ddr_total_s: jax.Array  # [E] DDR seconds of the stream (not pre-loaded), all dies together
     pipe_s: jax.Array  # [E] drain time charged after the stream
     pre_bytes: jax.Array  # [E, D] pre-loaded weight bytes of pending experts (Rule 4)
@@ -141,52 +186,68 @@ class LayerState:
     events: jax.Array  # int scalar: steps that did something
 
 
-def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False):
+def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
+                   hw: Hardware | None = None):
     """Latency and per-die accounting of one FSE-DP layer (A2-A4); A1 goes to `naive_layer`.
 
-    m: micro-slices per expert (already rounded); tok [D, E]; counts [E].
+    m: micro-slices per expert (already rounded); tok [D, E]; counts [E]; hw: per-die
+    bandwidths and buffer (default: the config's, `hardware_of`).
     Returns a dict: latency_s, busy_s [D, 3], peak_weight_bytes [D], events; with
     `timeline` also per-step t_s [S], dt_s [S], usage [S, D, 3] (rates in [0, 1]).
+
+    Unit sums go through `unit_partner` gathers and every reduction over experts is an
+    elementwise sum (no [E, U] matmuls, no batched dots under vmap): the event loop is
+    vmapped over thousands of traces on CPU.
     """
-    e_n, d_n = cfg.model.num_experts, cfg.num_devices
+    hw = hardware_of(cfg) if hw is None else hw
+    d_n = cfg.num_devices
     w = cfg.model.expert_weight_bytes
+    ddr_Bps = hw.ddr_Bps
     m = jnp.asarray(m, jnp.float32)
-    member, comp, ddr_even, send, drain, fill = expert_demands(cfg, m, tok)
+    counts = counts * (tok > 0).any(0)
+    if cfg.paired_load:
+        tok, eid, unit = paired_layout(cfg, tok, counts)
+    else:
+        eid = jnp.arange(cfg.model.num_experts)
+        unit = unit_order(cfg, counts)
+    e_n = tok.shape[-1]  # experts in layout order (paired-load: unit u at 2u, 2u + 1)
+    member, comp, _, send, drain, fill = expert_demands(cfg, m, tok, hw)
     memf = member.astype(jnp.float32)
     active = member.any(-1)
-    unit = unit_order(cfg, counts * active)
-    uoh = jax.nn.one_hot(unit, e_n, dtype=jnp.float32)  # [E, U]; inactive -> zero row
     w_ms = w / m
     slot_bytes = SLOTS_PER_RUNNING_EXPERT * w_ms
-    cap = cfg.weight_buffer_bytes
+    cap = hw.weight_buffer_bytes
     # room kept free so the next unit (an expert, or a pair) can always start: no deadlock
     reserve = (2 if cfg.paired_load else 1) * slot_bytes
-    prio = unit * e_n + jnp.arange(e_n)  # pre-load order: unit, then expert id
+    prio = unit * (cfg.model.num_experts + 1) + eid  # pre-load order: unit, then expert id
+
+    def unit_sum(x):
+        """[E, D] per expert -> the sum over its unit (paired-load: the adjacent pair)."""
+        if not cfg.paired_load:
+            return x
+        pair = x.reshape(e_n // 2, 2, d_n).sum(1, keepdims=True)
+        return jnp.broadcast_to(pair, (e_n // 2, 2, d_n)).reshape(e_n, d_n)
 
     def occupancy(st):
-        running = ((st.status == STREAMING) | (st.status == DRAINING)).astype(jnp.float32)
-        pend = (st.status == PENDING).astype(jnp.float32)
-        return slot_bytes * (running @ memf) + pend @ st.pre_bytes
+        running = (st.status == STREAMING) | (st.status == DRAINING)
+        pend = st.status == PENDING
+        return (jnp.where(running[:, None], slot_bytes * memf, 0.0)
+                + jnp.where(pend[:, None], st.pre_bytes, 0.0)).sum(0)
 
-    def start(st, start_e):
-        """Start experts `start_e` [E] bool: fix their demands (Rules 4, 5) and drains."""
-        occ = occupancy(st)
+    def start(st, start_e, occ):
+        """Start experts `start_e` [E] bool: fix their DDR demand (Rules 4, 5) and drains."""
         pre_tot = st.pre_bytes.sum(-1)
         if cfg.rule5:
             # Rule 5: remaining DDR load goes to T_e dies in proportion to free space.
             free = jnp.maximum(cap - occ, 0.0)[None, :] * memf + 1e-30 * memf
             frac = free / jnp.maximum(free.sum(-1, keepdims=True), 1e-30)
-            ddr = frac * jnp.maximum(w - pre_tot, 0.0)[:, None] / cfg.ddr_Bps
-        else:
-            ddr = jnp.zeros_like(comp)  # pooled over T_e, split at every event (`step`)
-        dem = jnp.stack([comp, ddr, send], axis=-1)
+            ddr = frac * jnp.maximum(w - pre_tot, 0.0)[:, None] / ddr_Bps
+            st = st.replace(ddr_s=jnp.where(start_e[:, None], ddr, st.ddr_s))
+        # without Rule 5 the DDR load is pooled over T_e, split at every event (`step`)
         pipe = drain + jnp.where(pre_tot >= w_ms, 0.0, fill)
-        s = start_e[:, None, None]
         return st.replace(
             status=jnp.where(start_e, STREAMING, st.status),
-            prog=jnp.where(start_e, 0.0, st.prog),
-            dem_s=jnp.where(s, dem, st.dem_s),
-            ddr_total_s=jnp.where(start_e, jnp.maximum(w - pre_tot, 0.0) / cfg.ddr_Bps,
+            ddr_total_s=jnp.where(start_e, jnp.maximum(w - pre_tot, 0.0) / ddr_Bps,
                                   st.ddr_total_s),
             pipe_s=jnp.where(start_e, pipe, st.pipe_s),
             pre_bytes=jnp.where(start_e[:, None], 0.0, st.pre_bytes),
@@ -196,17 +257,14 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False):
         """Algorithm 1 lines 3-10: start the first pending unit meeting the idle set."""
         running = st.status == STREAMING  # line 15: a die is idle once no stream uses it
         pend = st.status == PENDING
-        pendf = pend.astype(jnp.float32)
-        idle = 1.0 - (running.astype(jnp.float32) @ memf > 0).astype(jnp.float32)  # ICV [D]
-        unit_traj = (uoh.T @ (memf * pendf[:, None]) > 0).astype(jnp.float32)  # [U, D]
-        unit_pend = uoh.T @ pendf > 0
-        add = uoh.T @ ((slot_bytes * memf - st.pre_bytes) * pendf[:, None])  # [U, D]
-        fits = jnp.all(occupancy(st)[None, :] + add <= cap * (1 + REL_TOL), axis=-1)
-        ok = unit_pend & (unit_traj @ idle > 0) & fits
-        score = jnp.where(ok, e_n - jnp.arange(e_n), -1).astype(jnp.float32)
-        pick = relax.argmax_onehot(score) * ok.any()  # [U]
-        start_e = (uoh @ pick > 0) & pend
-        return start(st, start_e)
+        idle = ~jnp.any(running[:, None] & member, axis=0)  # ICV [D]
+        traj = unit_sum(jnp.where(pend[:, None], memf, 0.0)) > 0  # unit trajectory [E, D]
+        add = unit_sum(jnp.where(pend[:, None], slot_bytes * memf - st.pre_bytes, 0.0))
+        occ = occupancy(st)
+        fits = jnp.all(occ[None, :] + add <= cap * (1 + REL_TOL), axis=-1)
+        ok = pend & jnp.any(traj & idle[None, :], axis=-1) & fits
+        first = jnp.min(jnp.where(ok, unit, e_n))  # the first unit in Algorithm 1 order
+        return start(st, pend & (unit == first) & (first < e_n), occ)
 
     def step(st, _):
         done = jnp.all(st.status == DONE)
@@ -220,31 +278,32 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False):
             use = memf * stream[:, None]
             inv = use / jnp.maximum(use.sum(0), 1.0)[None, :]
             frac = inv / jnp.maximum(inv.sum(-1, keepdims=True), 1e-30)
-            st = st.replace(dem_s=st.dem_s.at[:, :, DDR].set(frac * st.ddr_total_s[:, None]))
-        load = jnp.einsum("e,edk->dk", stream.astype(jnp.float32), st.dem_s)  # [D, 3]
-        bott = jnp.max(jnp.where(st.dem_s > 0, load[None], 0.0), axis=(-2, -1))  # [E]
+            st = st.replace(ddr_s=frac * st.ddr_total_s[:, None])
+        dem_s = jnp.stack([comp, st.ddr_s, send], axis=-1)  # [E, D, 3] seconds per stream
+        load = jnp.where(stream[:, None, None], dem_s, 0.0).sum(0)  # [D, 3]
+        bott = jnp.max(jnp.where(dem_s > 0, load[None], 0.0), axis=(-2, -1))  # [E]
         rate = jnp.where(stream & (bott > 0), 1.0 / jnp.where(bott > 0, bott, 1.0), 0.0)
         t_stream = jnp.where(stream, (1.0 - st.prog) * bott, jnp.inf)
         t_drain = jnp.where(st.status == DRAINING, st.drain_end_s - st.t_s, jnp.inf)
         dt = jnp.minimum(t_stream.min(), t_drain.min())
         dt = jnp.where(jnp.isfinite(dt), jnp.maximum(dt, 0.0), 0.0)
-        usage = jnp.einsum("e,edk->dk", rate, st.dem_s)  # [D, 3], each <= 1
+        usage = (rate[:, None, None] * dem_s).sum(0)  # [D, 3], each <= 1
         # Rule 4 / Algorithm 1 line 12: each die's left-over DDR bandwidth pre-loads the
         # next pending expert (in unit order) that still has a share to load on that die,
         # into free space beyond the slots reserved for one more starting pair.
         pend = (st.status == PENDING)[:, None]
         left_e = jnp.maximum(w - st.pre_bytes.sum(-1), 0.0)  # [E] bytes not yet on chip
         cand = pend & member & (left_e[:, None] > 0)  # [E, D]
-        key = jnp.where(cand, prio[:, None], 2 * e_n * e_n).astype(jnp.float32)
-        tgt = relax.argmin_onehot(key, 0.0, axis=0) * cand.any(0)[None, :]  # [E, D]
+        key = jnp.where(cand, prio[:, None], jnp.iinfo(jnp.int32).max)
+        tgt = (cand & (key == key.min(0))).astype(jnp.float32)  # [E, D] (prio is unique)
         n_tgt = jnp.maximum(tgt.sum(-1), 1.0)  # dies pre-loading the same expert share it
         want = (tgt * (left_e / n_tgt)[:, None]).sum(0)  # [D]
         room = jnp.maximum(cap - reserve - occupancy(st), 0.0)
-        left = jnp.maximum(1.0 - usage[:, DDR], 0.0) * cfg.ddr_Bps * dt
+        left = jnp.maximum(1.0 - usage[:, DDR], 0.0) * ddr_Bps * dt
         add = jnp.maximum(jnp.minimum(jnp.minimum(left, want), room), 0.0)
         pre = st.pre_bytes + tgt * add[None, :]
         busy = st.busy_s + usage * dt
-        busy = busy.at[:, DDR].add(add / cfg.ddr_Bps)
+        busy = busy.at[:, DDR].add(add / ddr_Bps)
         t_new = st.t_s + dt
         tol = REL_TOL * t_new + 1e-15
         fin = stream & (t_stream <= dt + tol)
@@ -263,7 +322,7 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False):
     st = LayerState(
         t_s=jnp.float32(0.0),
         status=jnp.where(active, PENDING, DONE).astype(jnp.int32),
-        prog=z, drain_end_s=z, dem_s=jnp.zeros((e_n, d_n, 3)), ddr_total_s=z, pipe_s=z,
+        prog=z, drain_end_s=z, ddr_s=jnp.zeros((e_n, d_n)), ddr_total_s=z, pipe_s=z,
         pre_bytes=jnp.zeros((e_n, d_n)), busy_s=jnp.zeros((d_n, 3)),
         peak_weight_bytes=jnp.zeros(d_n), events=jnp.int32(0),
     )
@@ -280,7 +339,7 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False):
     return res
 
 
-def naive_layer(cfg: FSEDPConfig, tok, counts):
+def naive_layer(cfg: FSEDPConfig, tok, counts, hw: Hardware | None = None):
     """A1, naive FSE-DP of §III (Fig. 3), experts one at a time in id order.
 
     Per expert: tokens are redistributed all-to-all so each die holds counts_e / D of them
@@ -288,8 +347,11 @@ def naive_layer(cfg: FSEDPConfig, tok, counts):
     (double-buffered: the next expert's slices load while this one circulates, §IV
     "nearly doubling the on-chip memory"); then D phases, each the longer of computing the
     local tokens with the held slice and passing the slice to the ring successor.
-    Returns the same keys as `simulate_layer`.
+    Returns the same keys as `simulate_layer`. The token all-to-all uses the platform's
+    links (`cfg.topo`); `hw` overrides the DDR bandwidth, the slice circulation's link
+    bandwidth and the buffer.
     """
+    hw = hardware_of(cfg) if hw is None else hw
     mod, d = cfg.model, cfg.num_devices
     w = mod.expert_weight_bytes
     active = (counts > 0).astype(jnp.float32)
@@ -305,32 +367,32 @@ def naive_layer(cfg: FSEDPConfig, tok, counts):
     succ = np.argsort(pos)[(pos + 1) % d]
     ring_hops = float(np.max(cfg.topo.hops[np.arange(d), succ])) if d > 1 else 0.0
     slice_b = w / d
-    xfer = slice_b / cfg.link_Bps + ring_hops * cfg.hop_latency_s
+    xfer = slice_b / hw.link_Bps + ring_hops * cfg.hop_latency_s
     comp_phase = even * mod.expert_flops_per_token / d / cfg.peak_flops + cfg.ctrl_overhead_s
     circ = d * jnp.maximum(comp_phase, xfer if d > 1 else 0.0)
-    load = slice_b / cfg.ddr_Bps
+    load = slice_b / hw.ddr_Bps
     # double buffering needs two slices on chip; without room, load and circulation serialize
-    double = 2.0 * slice_b <= cfg.weight_buffer_bytes
-    per_expert = active * (a2a + (jnp.maximum(circ, load) if double else circ + load))
+    double = 2.0 * slice_b <= hw.weight_buffer_bytes
+    per_expert = active * (a2a + jnp.where(double, jnp.maximum(circ, load), circ + load))
     latency = load * (active.sum() > 0) + per_expert.sum()
     comp_total = active * even * mod.expert_flops_per_token / cfg.peak_flops
     busy = jnp.stack([
         jnp.broadcast_to(comp_total.sum() + active.sum() * d * cfg.ctrl_overhead_s, (d,)),
         jnp.broadcast_to(active.sum() * load, (d,)),
-        jnp.broadcast_to(active.sum() * (d - 1) * slice_b / cfg.link_Bps, (d,)),
+        jnp.broadcast_to(active.sum() * (d - 1) * slice_b / hw.link_Bps, (d,)),
     ], axis=-1)
     return {
         "latency_s": latency,
         "busy_s": busy,
-        "peak_weight_bytes": jnp.full((d,), (2.0 if double else 1.0) * slice_b
+        "peak_weight_bytes": jnp.full((d,), jnp.where(double, 2.0, 1.0) * slice_b
                                       * (active.sum() > 0)),
         "events": active.sum().astype(jnp.int32),
         "finished": jnp.bool_(True),
     }
 
 
-def moe_layer(cfg: FSEDPConfig, m, tok, counts):
+def moe_layer(cfg: FSEDPConfig, m, tok, counts, hw: Hardware | None = None):
     """One layer under the configured mechanism (A1 naive or the micro-slice flow)."""
     if cfg.naive:
-        return naive_layer(cfg, tok, counts)
-    return simulate_layer(cfg, m, tok, counts)
+        return naive_layer(cfg, tok, counts, hw)
+    return simulate_layer(cfg, m, tok, counts, hw=hw)

@@ -27,7 +27,7 @@ from moejax.systems.fsedp.config import (
     make_config,
     min_microslices,
 )
-from moejax.systems.fsedp.layer import moe_layer, token_owner, tokens_per_die
+from moejax.systems.fsedp.layer import hardware_of, moe_layer, token_owner, tokens_per_die
 from moejax.trace import Trace
 
 
@@ -89,7 +89,8 @@ def build(cfg: FSEDPConfig, num_iterations: int, num_layers: int | None = None) 
         else:
             tok_l = jax.vmap(lambda i, c: tokens_per_die(cfg, i, mask, c))(ids, counts)
             done_tok, deferred, buf = n_tokens, jnp.float32(0.0), state.buf
-        layers = jax.vmap(lambda tk: moe_layer(cfg, m, tk, tk.sum(0)))(tok_l)
+        hw = hardware_of(cfg, params)  # FSEDPParams bandwidths / buffer (§VI-D sweeps)
+        layers = jax.vmap(lambda tk: moe_layer(cfg, m, tk, tk.sum(0), hw))(tok_l)
         tau_s = params.tau * mod.expert_weight_bytes / cfg.ddr_Bps
         att, _ = ep.attention_time_s(att_cfg, n_tokens, tau_s)
         dense = ep.dense_ffn_time_s(att_cfg, n_tokens, tau_s)
