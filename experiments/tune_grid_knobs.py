@@ -28,13 +28,12 @@ def main(argv=None) -> int:
     if a.only in (None, "wafer"):
         out = {}
         for name, over in (("non-invasive (er-mapping as shipped)", {}),
-                           ("invasive, 2 shadow slots", {"invasive": True,
-                                                         "shadow_slots": 2})):
-            out[name] = zeroth.tune_wafer_alpha(overrides=over)
+                           ("invasive", {"invasive": True})):
+            out[name] = zeroth.tune_wafer_alpha(overrides=over, slots=(0, 1, 2, 4))
             r = out[name]
-            print(name, "grid", dict(zip(r["grid"], [round(x * 1e3, 4)
-                                                     for x in r["train_forward_s"]], strict=True)),
-                  "tuned", r["tuned"], r["heldout"])
+            print(name, {n: [round(x * 1e3, 4) for x in v]
+                         for n, v in r["train_forward_s"].items()},
+                  "tuned", r["tuned"], r["tuned_shadow_slots"], r["heldout"])
         atomic_write_json(ROOT / "checkpoints/wafer-alpha-qwen3-wsc-4x4/summary.json", out)
     if a.only in (None, "aep"):
         r = zeroth.tune_aep_decay()
@@ -42,15 +41,22 @@ def main(argv=None) -> int:
                                    strict=True)),
               "tuned", r["tuned"], r["heldout"])
         atomic_write_json(ROOT / "checkpoints/aep-decay-mixtral-a100x8/summary.json", r)
-        base = load_policy(r["policy"])
-        run = {"params": ["decay"], "model": r["model"], "hardware": r["hardware"],
-               "steps": len(r["grid"]), "traces": r["train_streams"],
-               "trace_gen": f"poisson {r['rate_per_s']}/s {r['workload']}",
-               "tokens": r["requests"], "iterations": "-", "layers": "-", "seed": r["seed"],
-               "loss": f"grid, {r['metric']}"}
-        text = export.policy_text(base, {"decay": float(r["tuned"])}, run, len(r["grid"]))
-        atomic_write_text(ROOT / "policies/aep-defrag-tuned-mixtral-8x7b-a100x8.toml", text)
+        write_aep_policy(r)
     return 0
+
+
+def write_aep_policy(r: dict) -> None:
+    """The tuned decay as a policy file (the base policy with `decay` replaced)."""
+    base = load_policy(r["policy"])
+    run = {"params": ["decay"], "model": r["model"], "hardware": r["hardware"]}
+    text = export.policy_text(base, {"decay": float(r["tuned"])}, run, len(r["grid"]))
+    head = (f"# Tuned by hard-mode grid search (moejax/tune/zeroth.py, not gradient "
+            f"descent): decay of policy {base.name!r},\n# grid {r['grid']} on "
+            f"{r['train_streams']} streams x {r['requests']} requests, Poisson "
+            f"{r['rate_per_s']}/s, {r['workload']} workload, seed {r['seed']}, "
+            f"by {r['metric']}.\n")
+    text = head + "\n".join(text.split("\n")[2:])
+    atomic_write_text(ROOT / "policies/aep-defrag-tuned-mixtral-8x7b-a100x8.toml", text)
 
 
 if __name__ == "__main__":
