@@ -17,7 +17,9 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u.add_argument("--hardware", default="chiplet-2x2")
     u.add_argument("--model", default="qwen3-30b-a3b")
     u.add_argument("--policy", default="", help="base policy (default: the system's own)")
-    u.add_argument("--param", default="placement", help="comma-separated parameter names")
+    u.add_argument("--param", default="placement",
+                   help="comma-separated parameter names (ep, wafer: placement; fsedp: "
+                   "num_microslices, theta_min, slack)")
     u.add_argument("--steps", type=positive_int, default=200)
     u.add_argument("--traces", type=positive_int, default=64, help="training traces")
     u.add_argument("--batch", type=positive_int, default=16, help="traces per step")
@@ -38,7 +40,9 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
                    help="Gumbel-Sinkhorn noise on placement logits while training (0: off)")
     u.add_argument("--loss", default="mean", help="mean | p99 | throughput")
     u.add_argument("--init", default="random", help="random | default | greedy")
-    u.add_argument("--relaxation", default="expected", help="expected | system")
+    u.add_argument("--relaxation", default="expected",
+                   help="expected | system | lattice (integer knobs: hard runs at the "
+                   "integer neighbours)")
     u.add_argument("--capacity", type=int, default=0, help="experts per device (0: E/D)")
     u.add_argument("--every", type=positive_int, default=50, help="checkpoint every N steps")
     u.add_argument("--keep", type=positive_int, default=3, help="checkpoints kept")
