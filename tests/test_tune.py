@@ -477,3 +477,15 @@ def test_wafer_alpha_grid_tuner_picks_the_training_optimum():
     assert fwd[0] != fwd[2]  # alpha changes the result
     assert r["heldout"]["never (alpha = 1e9)"]["migrations"] == 0.0
     assert r["heldout"]["default"]["migrations"] > 0  # alpha = 0.5 re-plans
+
+
+def test_aep_decay_grid_tuner_picks_the_training_optimum():
+    from moejax.tune import zeroth
+
+    r = zeroth.tune_aep_decay(requests=2, train_streams=1, eval_streams=1, grid=(0.0, 1.0),
+                              baselines=(), rate_per_s=400.0)
+    tp = r["train_objective"]
+    assert tp[0] != tp[1]  # delta changes which mu-queue is drained first
+    assert r["tuned"] == r["grid"][int(np.argmax(tp))]
+    assert set(r["heldout"]) == {"tuned", "default"} and r["default"] == 0.5
+    assert r["heldout"]["tuned"]["throughput_tok_s"] > 0
