@@ -234,12 +234,15 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
         return (jnp.where(running[:, None], slot_bytes * memf, 0.0)
                 + jnp.where(pend[:, None], st.pre_bytes, 0.0)).sum(0)
 
-    def start(st, start_e, occ):
-        """Start experts `start_e` [E] bool: fix their DDR demand (Rules 4, 5) and drains."""
+    def start(st, start_e, occ_at):
+        """Start experts `start_e` [E] bool: fix their DDR demand (Rules 4, 5) and drains.
+
+        occ_at [E, D]: weight bytes on each die just before each expert's unit started.
+        """
         pre_tot = st.pre_bytes.sum(-1)
         if cfg.rule5:
             # Rule 5: remaining DDR load goes to T_e dies in proportion to free space.
-            free = jnp.maximum(cap - occ, 0.0)[None, :] * memf + 1e-30 * memf
+            free = jnp.maximum(cap - occ_at, 0.0) * memf + 1e-30 * memf
             frac = free / jnp.maximum(free.sum(-1, keepdims=True), 1e-30)
             ddr = frac * jnp.maximum(w - pre_tot, 0.0)[:, None] / ddr_Bps
             st = st.replace(ddr_s=jnp.where(start_e[:, None], ddr, st.ddr_s))
@@ -253,23 +256,42 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
             pre_bytes=jnp.where(start_e[:, None], 0.0, st.pre_bytes),
         )
 
-    def schedule_round(_, st):
-        """Algorithm 1 lines 3-10: start the first pending unit meeting the idle set."""
+    def schedule(st):
+        """Algorithm 1 lines 3-10: up to D rounds, each starting the first pending unit whose
+        trajectory meets the idle set (ICV) and whose slots fit.
+
+        A pending unit's trajectory and slot demand do not change while others start, so
+        they are computed once; each round updates only the idle set and the occupancy.
+        """
         running = st.status == STREAMING  # line 15: a die is idle once no stream uses it
         pend = st.status == PENDING
         idle = ~jnp.any(running[:, None] & member, axis=0)  # ICV [D]
         traj = unit_sum(jnp.where(pend[:, None], memf, 0.0)) > 0  # unit trajectory [E, D]
         add = unit_sum(jnp.where(pend[:, None], slot_bytes * memf - st.pre_bytes, 0.0))
-        occ = occupancy(st)
-        fits = jnp.all(occ[None, :] + add <= cap * (1 + REL_TOL), axis=-1)
-        ok = pend & jnp.any(traj & idle[None, :], axis=-1) & fits
-        first = jnp.min(jnp.where(ok, unit, e_n))  # the first unit in Algorithm 1 order
-        return start(st, pend & (unit == first) & (first < e_n), occ)
+        limit = cap * (1 + REL_TOL)
+
+        def one_round(_, c):
+            pend, idle, occ, started, occ_at = c
+            fits = jnp.all(occ[None, :] + add <= limit, axis=-1)
+            ok = pend & jnp.any(traj & idle[None, :], axis=-1) & fits
+            first = jnp.min(jnp.where(ok, unit, e_n))  # the first unit in Algorithm 1 order
+            new = pend & (unit == first) & (first < e_n)
+            idle = idle & ~jnp.any(new[:, None] & traj, axis=0)
+            if cfg.rule5:
+                occ_at = jnp.where(new[:, None], occ[None, :], occ_at)
+            # the unit's members share one `add` row: (row + row) / 2 == row exactly
+            occ = occ + jnp.where(new[:, None], add, 0.0).sum(0) / jnp.maximum(new.sum(), 1)
+            return pend & ~new, idle, occ, started | new, occ_at
+
+        occ_at = jnp.zeros((e_n, d_n)) if cfg.rule5 else None
+        c = (pend, idle, occupancy(st), jnp.zeros(e_n, bool), occ_at)
+        _, _, _, started, occ_at = jax.lax.fori_loop(0, d_n, one_round, c)
+        return start(st, started, occ_at)
 
     def step(st, _):
         done = jnp.all(st.status == DONE)
         st0 = st
-        st = jax.lax.fori_loop(0, d_n, schedule_round, st)
+        st = schedule(st)
         peak = jnp.maximum(st.peak_weight_bytes, occupancy(st))
         stream = st.status == STREAMING
         if not cfg.rule5:
