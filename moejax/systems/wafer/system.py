@@ -279,36 +279,164 @@ def esp_unit_steps(cfg: WaferConfig):
     return loads, lat
 
 
-def esp_parts(cfg: WaferConfig, host, pairs_he, tau_s):
-    """ESP communication of one layer (001 §VI-B5).
+def esp_served(cfg: WaferConfig, host):
+    """(expert -> EP group shares [E, X], served [E, D]) under ESP (001 §VI-B5).
 
-    host [E, D]: expert e's EP group is that of its native device (soft rows: shares).
-    1. all-to-all: each (token, expert) pair enters its expert's EP group once
-       (`mapping.esp_landing`: free when a holder of the token is in the group, as for
-       every token under ER with S = D / TP; else fetched from the nearest holder);
-    2. ring all-gather of the group's tokens (every slice needs every token), experts on
-       their slices, ring reduce-scatter of the partial sums back to the landing devices:
-       together the volume of one all-reduce inside the EP group ("all-reduce operations to
-       aggregate partial sums within EP groups"), (S - 1) steps each of V_x / S per member;
-    3. combine = the all-to-all reversed.
-    Returns (served [E, D], dispatch traffic [D, D], one ring step's link loads [Lk],
-    ring busy_s and latency_s of one collective (all-gather or reduce-scatter)).
+    host [E, D]: expert e's EP group is that of its native device (soft rows: shares);
+    each of the group's S slices serves all of the expert's tokens with 1/S of the work.
+    """
+    member = jnp.asarray(esp_member(cfg))  # [D, X]
+    eg = host @ member
+    eg = eg / jnp.maximum(eg.sum(-1, keepdims=True), 1e-30)
+    return eg, eg @ member.T / cfg.expert_shards
+
+
+def esp_dispatch_traffic(cfg: WaferConfig, pairs_hx):
+    """ESP all-to-all [D(src), D(dst)] bytes from (token, expert) pairs per holder set and
+    EP group [H, X]: each pair enters its group once, where `mapping.esp_landing` puts it
+    (free when a holder of the token is in the group, as for every token under ER with
+    S = D / TP), fetched from the nearest holder."""
+    b = jnp.einsum("hx,hxd->hd", pairs_hx, jnp.asarray(cfg.esp_landing))
+    return jnp.einsum("hd,hds->sd", b, jnp.asarray(cfg.source_split)) * cfg.model.token_bytes
+
+
+def esp_ring(cfg: WaferConfig, vol, tau_s):
+    """Ring collectives inside the EP groups (001 §VI-B5), vol [X] bytes gathered per group.
+
+    A ring all-gather of the group's tokens (every slice needs every token) before the
+    expert slices and a ring reduce-scatter of the partial sums back to the landing devices
+    after them: together the volume of one all-reduce inside the EP group ("all-reduce
+    operations to aggregate partial sums within EP groups"), (S - 1) steps each of V_x / S
+    per member. Returns (link bytes [Lk], busy_s, latency_s) of one of the two collectives.
     """
     s = cfg.expert_shards
-    member = jnp.asarray(esp_member(cfg))  # [D, X]
-    eg = host @ member  # [E, X]
-    eg = eg / jnp.maximum(eg.sum(-1, keepdims=True), 1e-30)
-    served = eg @ member.T / s  # each slice serves all of the expert's tokens, 1/S of the work
-    pairs_hx = pairs_he @ eg  # [H, X]
-    b = jnp.einsum("hx,hxd->hd", pairs_hx, jnp.asarray(cfg.esp_landing))
-    disp = jnp.einsum("hd,hds->sd", b, jnp.asarray(cfg.source_split)) * cfg.model.token_bytes
-    vol = pairs_hx.sum(0) * cfg.model.token_bytes  # [X] bytes gathered into each group
     unit, lat = esp_unit_steps(cfg)
     loads = (vol / s) @ jnp.asarray(unit, jnp.float32)  # one ring step [Lk]
     bw = jnp.asarray(cfg.topo.link_Bps, jnp.float32)
     busy = (s - 1) * relax.max(loads / bw, tau_s, axis=-1)
     ring_lat = (s - 1) * jnp.max((vol > 0) * jnp.asarray(lat, jnp.float32))
-    return served, disp, loads * (s - 1), busy, ring_lat
+    return loads * (s - 1), busy, ring_lat
+
+
+# --- all-to-all through static unit tables -------------------------------------------------
+
+UNIT_TABLE_MAX = 1 << 24  # entries of a unit table; beyond it the traffic matrix is built
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitTables:
+    """The all-to-all of one layer as a static linear map of a per-trace driver v [U].
+
+    The dispatch traffic is sum_u v_u * T_u for static matrices T_u [D, D] (bytes per pair
+    over token_bytes); everything the layer needs from it is linear in v (link loads) or a
+    max over the units in use (latency: T_u >= 0 and v >= 0, so a route carries traffic iff
+    some unit with v_u > 0 uses it). The [D, D] matrix never has to be built per trace.
+    """
+
+    d_loads: np.ndarray  # [U, Lk] dispatch link bytes per unit of v
+    c_loads: np.ndarray  # [U, Lk] combine (the dispatch reversed)
+    d_lat: np.ndarray  # [U] longest route latency of T_u (0 if all local)
+    c_lat: np.ndarray  # [U] same for T_u transposed
+    hops: np.ndarray  # [U] sum of T_u * hops
+    remote: np.ndarray  # [U] off-diagonal sum of T_u
+    total: np.ndarray  # [U] sum of T_u
+
+
+def _unit_weights(cfg: WaferConfig, counts_only: bool) -> np.ndarray:
+    """W [U, H, D]: T_u[s, d] = sum_h W[u, h, d] * source_split[h, d, s].
+
+    Drivers: counts-only: v = counts @ served [D] (holder sets share tokens evenly), ESP
+    v = counts @ eg [X]; token-level: v = (pairs @ served) [H * D], ESP (pairs @ eg) [H * X].
+    """
+    h, d = cfg.num_holder_sets, cfg.num_devices
+    share = mp.holder_shares(cfg.mapping)
+    if cfg.expert_shards:
+        land = cfg.esp_landing.astype(np.float64)  # [H, X, D]
+        if counts_only:
+            return np.einsum("h,hxd->xhd", share, land)
+        x = land.shape[1]
+        w = np.zeros((h, x, h, d))
+        w[np.arange(h), :, np.arange(h), :] = land
+        return w.reshape(h * x, h, d)
+    if counts_only:
+        w = np.zeros((d, h, d))
+        w[np.arange(d), :, np.arange(d)] = share[None, :]
+        return w
+    return np.eye(h * d).reshape(h * d, h, d)
+
+
+@functools.lru_cache(maxsize=64)
+def unit_tables(cfg: WaferConfig, counts_only: bool) -> UnitTables | None:
+    """Static UnitTables of `cfg` (None when larger than UNIT_TABLE_MAX entries)."""
+    h, d, lk = cfg.num_holder_sets, cfg.num_devices, cfg.topo.num_links
+    n = {True: (cfg.esp_groups.shape[0] if cfg.expert_shards else d),
+         False: h * (cfg.esp_groups.shape[0] if cfg.expert_shards else d)}[counts_only]
+    if n * max(lk, h * d) > UNIT_TABLE_MAX:
+        return None
+    w = _unit_weights(cfg, counts_only)
+    split = cfg.source_split.astype(np.float64)
+    off = 1.0 - np.eye(d)
+    plat = cfg.topo.path_latency_s
+    parts = {k: [] for k in ("d_loads", "c_loads", "d_lat", "c_lat", "hops", "remote", "total")}
+    step = max(1, (1 << 22) // (d * d))
+    for a in range(0, n, step):
+        t = np.einsum("uhd,hds->usd", w[a:a + step], split)  # [u, D(src), D(dst)]
+        with jax.ensure_compile_time_eval():  # static geometry, also when called under jit
+            parts["d_loads"].append(np.asarray(cfg.topo.link_loads(jnp.asarray(t))))
+            parts["c_loads"].append(np.asarray(cfg.topo.link_loads(
+                jnp.asarray(t.transpose(0, 2, 1)))))
+        used = t * off > 0
+        parts["d_lat"].append((used * plat).max(axis=(1, 2)))
+        parts["c_lat"].append((used.transpose(0, 2, 1) * plat).max(axis=(1, 2)))
+        parts["hops"].append((t * cfg.topo.hops).sum(axis=(1, 2)))
+        parts["remote"].append((t * off).sum(axis=(1, 2)))
+        parts["total"].append(t.sum(axis=(1, 2)))
+    return UnitTables(**{k: np.concatenate(v).astype(np.float32) for k, v in parts.items()})
+
+
+def all_to_all_parts(cfg: WaferConfig, host, expert_ids, token_mask, counts, tau_s):
+    """Dispatch and combine of one layer (001 §III-B, §IV-A; ESP §VI-B5).
+
+    Returns (served [E, D] under ESP else None, dict of dispatch / combine busy_s,
+    latency_s, link bytes [Lk], avg_hops, remote_bytes, and under ESP the bytes gathered into
+    each EP group vol [X]).
+    """
+    topo = cfg.topo
+    tb = cfg.model.token_bytes
+    counts_only = expert_ids.shape[0] == 0
+    if cfg.expert_shards:
+        mix, served = esp_served(cfg, host)  # [E, X]
+        scale = jnp.ones(host.shape[0])
+    else:  # counts @ served == (counts * scale) @ host: served [E, D] is never built
+        mix, served = host, None
+        scale = 1.0 / jnp.maximum(host.sum(-1), 1e-30)  # served = host * scale[:, None]
+    pairs = None if counts_only else holder_tokens(cfg, expert_ids, token_mask, counts)
+    vol = (counts @ mix if counts_only else pairs.sum(0) @ mix) * tb  # [X] (ESP)
+    tabs = unit_tables(cfg, counts_only)
+    if tabs is None:  # too large for static tables: build the traffic matrix
+        if pairs is None:
+            pairs = holder_tokens(cfg, expert_ids, token_mask, counts)
+        disp = (esp_dispatch_traffic(cfg, pairs @ mix) if cfg.expert_shards
+                else dispatch_traffic(cfg, served_share(host), pairs))
+        d_busy, d_lat, d_loads = phase_parts(disp, topo, tau_s)
+        c_busy, c_lat, c_loads = phase_parts(disp.T, topo, tau_s)
+        hops = (disp * jnp.asarray(topo.hops, jnp.float32)).sum() / jnp.maximum(disp.sum(),
+                                                                                1e-30)
+        remote = (disp * (1.0 - jnp.eye(cfg.num_devices))).sum() * 2.0
+    else:
+        v = (counts * scale) @ mix if counts_only else ((pairs * scale) @ mix).reshape(-1)
+        bw = jnp.asarray(topo.link_Bps, jnp.float32)
+        d_loads = (v @ jnp.asarray(tabs.d_loads)) * tb
+        c_loads = (v @ jnp.asarray(tabs.c_loads)) * tb
+        d_busy = relax.max(d_loads / bw, tau_s, axis=-1)
+        c_busy = relax.max(c_loads / bw, tau_s, axis=-1)
+        d_lat = jnp.max((v > 0) * jnp.asarray(tabs.d_lat))
+        c_lat = jnp.max((v > 0) * jnp.asarray(tabs.c_lat))
+        hops = (v @ jnp.asarray(tabs.hops)) / jnp.maximum(v @ jnp.asarray(tabs.total), 1e-30)
+        remote = (v @ jnp.asarray(tabs.remote)) * tb * 2.0
+    return served, dict(d_busy=d_busy, d_lat=d_lat, d_loads=d_loads, c_busy=c_busy,
+                        c_lat=c_lat, c_loads=c_loads, avg_hops=hops, remote_bytes=remote,
+                        vol=vol)
 
 
 def phase_parts(traffic, topo, tau=0.0):
@@ -349,6 +477,37 @@ def expert_device_s(cfg: WaferConfig, tokens_ed, tau_s, tau_tok):
     return relax.maximum(comp, mem, tau_s).sum(0), comp.sum(0)
 
 
+def is_binary(x):
+    """Scalar bool: every entry of x is 0 or 1 (a hard host / placement matrix)."""
+    return jnp.all((x == 0.0) | (x == 1.0))
+
+
+def expert_times(cfg: WaferConfig, host, counts, tau_s, tau_tok, binary):
+    """(t_dev [D], compute part [D], tokens [D]) of `expert_device_s` for served_share(host).
+
+    Hosts split an expert's tokens evenly, tokens_ed = c_e / n_e * host_ed, so the linear
+    parts are matrix-vector products with host. With a 0/1 host in hard mode (`binary`,
+    a scalar; exact) every hosted copy costs g_e = max(k1 c_e / n_e, k2) when c_e > 0, and
+    t_dev = g @ host: no [E, D] elementwise pass. Otherwise the dense roofline runs.
+    """
+    m, dev = cfg.model, cfg.platform.device
+    ce = counts / jnp.maximum(host.sum(-1), 1e-30)  # tokens per copy of each expert
+    tokens = ce @ host
+    comp = compute_time_s(tokens * m.expert_flops_per_token, dev.flops(cfg.expert_dtype))
+
+    def fast():
+        g = jnp.where(ce > 0, jnp.maximum(
+            compute_time_s(ce * m.expert_flops_per_token, dev.flops(cfg.expert_dtype)),
+            memory_time_s(m.expert_weight_bytes, dev.memory_Bps)), 0.0)
+        return g @ host
+
+    def dense():
+        return expert_device_s(cfg, ce[:, None] * host, tau_s, tau_tok)[0]
+
+    t_dev = jax.lax.cond(binary & (jnp.asarray(tau_tok) <= 0), fast, dense)
+    return t_dev, comp, tokens
+
+
 def attention_s(cfg: WaferConfig, n_tokens, tau_s):
     """One attention block per TP group member (roofline): DP over groups, TP inside."""
     m, dev = cfg.model, cfg.platform.device
@@ -365,24 +524,29 @@ def attention_s(cfg: WaferConfig, n_tokens, tau_s):
 # --- one layer -----------------------------------------------------------------------------
 
 
-def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, counts):
+def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, counts,
+          binary=None):
     """Timing of one layer (attention + all-reduce, dispatch + experts + combine).
 
-    host [E, D] 0/1 hosts (native + shadow). Returns a dict of scalars and arrays.
+    host [E, D] 0/1 hosts (native + shadow; soft rows split an expert). binary: scalar bool
+    "host is 0/1" when the caller knows it without looking at a batched host (None: checked
+    here). Returns a dict of scalars and arrays.
     """
     tau_s = params.tau * time_scale_s(cfg)
     topo = cfg.topo
     n_tokens = counts.sum() / cfg.model.top_k
-    pairs = holder_tokens(cfg, expert_ids, token_mask, counts)
+    served, a2a = all_to_all_parts(cfg, host, expert_ids, token_mask, counts, tau_s)
+    d_busy, d_lat, d_loads = a2a["d_busy"], a2a["d_lat"], a2a["d_loads"]
+    c_busy, c_lat, c_loads = a2a["c_busy"], a2a["c_lat"], a2a["c_loads"]
     if cfg.expert_shards:  # 001 §VI-B5
-        served, disp, esp_loads, esp_busy, esp_lat = esp_parts(cfg, host, pairs, tau_s)
+        esp_loads, esp_busy, esp_lat = esp_ring(cfg, a2a["vol"], tau_s)
+    if cfg.expert_shards:
+        tokens_ed = counts[:, None] * served
+        t_dev, c_dev = expert_device_s(cfg, tokens_ed, tau_s, params.tau)
+        dev_tokens = tokens_ed.sum(0)
     else:
-        served = served_share(host)
-        disp = dispatch_traffic(cfg, served, pairs)
-    d_busy, d_lat, d_loads = phase_parts(disp, topo, tau_s)
-    c_busy, c_lat, c_loads = phase_parts(disp.T, topo, tau_s)
-    tokens_ed = counts[:, None] * served
-    t_dev, c_dev = expert_device_s(cfg, tokens_ed, tau_s, params.tau)
+        binary = is_binary(host) if binary is None else binary
+        t_dev, c_dev, dev_tokens = expert_times(cfg, host, counts, tau_s, params.tau, binary)
     t_exp = relax.max(t_dev, tau_s)
     ar_busy = jnp.float32(0.0)
     ar_lat = jnp.float32(0.0)
@@ -407,8 +571,6 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
         esp_bytes = jnp.zeros(topo.num_links)
     total = att_phase + moe_phase
     best = relax.argmin_onehot(total, tau_s)
-    off = 1.0 - jnp.eye(cfg.num_devices)
-    hops = jnp.asarray(topo.hops, jnp.float32)
     return {
         "layer_s": (best * total).sum(),
         "attention_phase_s": (best * att_phase).sum(),
@@ -421,13 +583,13 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
         "esp_link_bytes": esp_bytes,
         "attention_s": att,
         "moe_compute_s": t_exp,
-        "avg_hops": (disp * hops).sum() / jnp.maximum(disp.sum(), 1e-30),
-        "remote_bytes": (disp * off).sum() * 2.0,
+        "avg_hops": a2a["avg_hops"],
+        "remote_bytes": a2a["remote_bytes"],
         "a2a_link_bytes": d_loads + c_loads,
         "ar_link_bytes": ar_loads,
         "a2a_busy_s": d_busy + c_busy,
         "ar_busy_s": ar_busy,
-        "device_tokens": tokens_ed.sum(0),
+        "device_tokens": dev_tokens,
         "device_busy_s": t_dev,
         "device_compute_s": c_dev,
     }
@@ -527,7 +689,10 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         native = params.placement.astype(jnp.float32)
         host = jnp.clip(native[None] + state.shadow, 0.0, 1.0)  # [L, E, D]
         ids, mask, counts = tr.expert_ids[t], tr.token_mask[t], tr.counts[t]
-        out = jax.vmap(lambda h, i, c: layer(cfg, params, h, i, mask, c))(host, ids, counts)
+        # host = clip(native + shadow) is 0/1 when the params are (plans add 0/1 replicas)
+        binary = is_binary(params.placement) & is_binary(params.shadow)
+        out = jax.vmap(lambda h, i, c: layer(cfg, params, h, i, mask, c, binary))(host, ids,
+                                                                                   counts)
         real = (counts.sum() > 0).astype(jnp.float32)
         m = cfg.model
         dev_load = out["device_tokens"]  # [L, D]
@@ -546,11 +711,16 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
                                                    cfg.balancer))(history)
             plan_shadow = jnp.where(trigger, jnp.clip(planned - native[None], 0.0, 1.0),
                                     state.shadow)
-        copies = jnp.clip(plan_shadow - host, 0.0, 1.0) * trigger  # replicas that must move
         # the trace's layers sample the model's sparse layers: each of those layers migrates
-        layer_scale = m.num_sparse_layers / copies.shape[0]
-        mig = migration_traffic(cfg, native, copies) * layer_scale
-        mig_busy, mig_lat, need = phase_parts(mig, cfg.topo)
+        layer_scale = m.num_sparse_layers / host.shape[0]
+        if cfg.balancer == "none" or cfg.shadow_slots == 0:  # statically nothing to move
+            copies = jnp.zeros_like(host)
+            mig = jnp.zeros((d, d))
+            mig_busy, mig_lat, need = jnp.float32(0.0), jnp.float32(0.0), jnp.zeros(lk)
+        else:
+            copies = jnp.clip(plan_shadow - host, 0.0, 1.0) * trigger  # replicas that move
+            mig = migration_traffic(cfg, native, copies) * layer_scale
+            mig_busy, mig_lat, need = phase_parts(mig, cfg.topo)
         a2a_loads = out["a2a_link_bytes"].mean(0)
         ar_loads = out["ar_link_bytes"].mean(0)
         delay = jnp.float32(0.0)
