@@ -489,3 +489,22 @@ def test_aep_decay_grid_tuner_picks_the_training_optimum():
     assert r["tuned"] == r["grid"][int(np.argmax(tp))]
     assert set(r["heldout"]) == {"tuned", "default"} and r["default"] == 0.5
     assert r["heldout"]["tuned"]["throughput_tok_s"] > 0
+
+
+def test_eq2_gate_is_the_trigger_at_tau_zero_and_differentiable_in_alpha():
+    from moejax.systems.wafer import balancer as bal
+
+    loads = jax.random.uniform(jax.random.key(7), (32, 3, 8)) ** 3 * 100.0  # [cases, L, D]
+    imb = np.asarray(jax.vmap(lambda x: bal.layer_imbalance(x).sum())(loads))
+    alpha = float(np.median(imb))
+    for since in (0.0, 3.0):
+        hard = jax.vmap(lambda x, s=since: bal.eq2_trigger(x, s, alpha, 0.0))(loads)
+        gate = jax.vmap(lambda x, s=since: bal.eq2_gate(x, s, alpha, 0.0, 0.0))(loads)
+        np.testing.assert_array_equal(np.asarray(gate), np.asarray(hard, np.float32))
+    errs = [float(jnp.abs(jax.vmap(lambda x, t=t: bal.eq2_gate(x, 3.0, alpha + 0.013, 0.0, t))(
+        loads) - (imb > alpha + 0.013)).max()) for t in (1.0, 0.1, 0.01, 1e-4)]
+    assert errs[0] > errs[-1] and errs[-1] < 1e-3, errs
+    with jax.enable_x64(True):
+        f = jax.jit(lambda a: jax.vmap(lambda x: bal.eq2_gate(x, 3.0, a, 0.0, 0.5))(
+            loads.astype(jnp.float64)).sum())
+        check_grads(f, (jnp.float64(alpha),), order=1, modes=["rev"], eps=1e-4, rtol=1e-3)

@@ -120,3 +120,14 @@ def layer_imbalance(device_load):
 def eq2_trigger(device_load, since_migration, alpha, beta):
     """001 Eq. 2: sum_i imbalance_i > alpha and dt_mig > beta. device_load [L, D]."""
     return (layer_imbalance(device_load).sum() > alpha) & (since_migration > beta)
+
+
+def eq2_gate(device_load, since_migration, alpha, beta, tau=0.0):
+    """001 Eq. 2 as a gate in [0, 1] for tuning alpha (moejax.tune): relax.step of both
+    comparisons, multiplied; equals `eq2_trigger` (as float) at tau = 0. A step that blends
+    the re-planned and the current shadow slots with it (relax.where) gives alpha a
+    gradient; the wafer step still uses the boolean `eq2_trigger`."""
+    from moejax import relax
+
+    return (relax.step(layer_imbalance(device_load).sum() - alpha, tau)
+            * relax.step(jnp.asarray(since_migration) - beta, tau))
