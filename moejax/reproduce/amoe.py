@@ -37,12 +37,16 @@ class Grid:
     rates: tuple[float, ...]
     top2_workloads: tuple[str, ...]
     chunk_steps: int
+    diag_requests: tuple[int, ...] = ()  # concurrency diagnostic (4-block model), see below
+    diag_sched: tuple[int, float] | None = None  # (requests, rate/s): schedulers, 4 blocks
 
 
 QUICK = Grid(requests=32, rates=(25.0, 100.0, 400.0), top2_workloads=("medium",),
-             chunk_steps=4096)
+             chunk_steps=4096, diag_requests=(256, 4096), diag_sched=(4096, 3000.0))
 FULL = Grid(requests=512, rates=(10.0, 25.0, 50.0, 100.0, 200.0, 400.0),
-            top2_workloads=tuple(WORKLOADS), chunk_steps=8192)
+            top2_workloads=tuple(WORKLOADS), chunk_steps=8192,
+            diag_requests=(64, 256, 1024, 4096, 16384), diag_sched=(4096, 3000.0))
+DIAG_BLOCKS = 4
 
 
 def _model(top_k: int, experts: int = 8):
@@ -85,6 +89,54 @@ def sweep(platform: str, policy: str, top_k: int, workload: str, rates, grid: Gr
             "_arrival_s": np.asarray(st.arrival_s[i]),
         })
     return rows
+
+
+def concurrency_diagnostic(requests, blocks: int = DIAG_BLOCKS) -> list[dict]:
+    """AEP / sync throughput as the tokens per (block, expert) queue grow (not a paper figure).
+
+    Same rules and costs, the model cut to `blocks` blocks so that few requests fill each
+    μ-queue as the paper's KV-bound concurrency does with 32 blocks (§5.2); short workload,
+    all requests arriving at once, top-1, 8x A100. See docs/reproduction/amoe.md.
+    """
+    m = dataclasses.replace(_model(1), num_layers=blocks, num_sparse_layers=blocks)
+    rows = []
+    for r in requests:
+        row = {"blocks": blocks, "requests": int(r),
+               "requests_per_queue": r / (blocks * m.num_experts)}
+        st = request_stream(jax.random.key(0), num_streams=1, num_requests=int(r),
+                            rate_per_s=1e5, workload="short")
+        for pol, key in (("aep-defrag", "aep"), ("ep-sync", "sync")):
+            system, params, _ = serve.build(ONE_NODE, m, pol, int(r))
+            out = runner.run_streams(system, params, st, jax.random.key(1), chunk_steps=4096)
+            out = jax.tree_util.tree_map(np.asarray, out)
+            row[f"{key}_tok_s"] = float(out["throughput_tok_s"][0])
+            row[f"{key}_batch"] = float(out.get("mean_expert_batch", out.get("mean_batch"))[0])
+            row[f"{key}_stall"] = float(out.get("expert_stall_fraction",
+                                                out.get("stall_fraction"))[0])
+        row["aep_over_sync"] = row["aep_tok_s"] / row["sync_tok_s"]
+        rows.append(row)
+    return rows
+
+
+def scheduler_diagnostic(requests: int, rate: float, blocks: int = DIAG_BLOCKS) -> dict:
+    """Defrag / MTFS / FLFS on the reduced model at many tokens per queue (not a paper figure).
+
+    Fig. 11 compares the schedulers near saturation of the full system; with 32 blocks we
+    cannot simulate enough concurrent requests for its queues (see `concurrency_diagnostic`),
+    so this runs the same rules on `blocks` blocks, short workload, top-1, Poisson `rate`.
+    """
+    m = dataclasses.replace(_model(1), num_layers=blocks, num_sparse_layers=blocks)
+    st = request_stream(jax.random.key(0), num_streams=1, num_requests=int(requests),
+                        rate_per_s=float(rate), workload="short")
+    res = {"blocks": blocks, "requests": int(requests), "rate_per_s": float(rate)}
+    for pol in ("aep-defrag", "aep-mtfs", "aep-flfs"):
+        system, params, _ = serve.build(ONE_NODE, m, pol, int(requests))
+        out = jax.tree_util.tree_map(np.asarray, runner.run_streams(
+            system, params, st, jax.random.key(1), chunk_steps=4096))
+        res[pol] = {"tok_s": round(float(out["throughput_tok_s"][0]), 1),
+                    "itl_ms": round(float(out["itl_mean_s"][0]) * 1e3, 3),
+                    "expert_batch": round(float(out["mean_expert_batch"][0]), 2)}
+    return res
 
 
 def _best(rows, **match) -> float:
@@ -251,9 +303,17 @@ def run(out_dir: Path, quick: bool) -> Report:
         f"block_{b}": np.asarray(by["aep-mtfs"]["_out"]["queue_depth"])[:, b]
         for b in range(np.asarray(by["aep-mtfs"]["_out"]["queue_depth"]).shape[1])})
     files.append("fig7_queue_depth.csv")
+    diag = concurrency_diagnostic(grid.diag_requests) if grid.diag_requests else []
+    if diag:
+        _write_rows(out_dir / "concurrency_diagnostic.csv", diag)
+        files.append("concurrency_diagnostic.csv")
     return Report("amoe", claims, files, extra={
         "grid": dataclasses.asdict(grid), "rate80_per_s": rate80,
-        "gains": {f"top{k}_{w}": v for (k, w), v in gains.items()}})
+        "gains": {f"top{k}_{w}": v for (k, w), v in gains.items()},
+        "scheduler_diagnostic": scheduler_diagnostic(*grid.diag_sched) if grid.diag_sched
+        else None,
+        "concurrency_diagnostic": [{k: round(v, 4) if isinstance(v, float) else v
+                                    for k, v in row.items()} for row in diag]})
 
 
 def _plot_series(out_dir: Path, cols, qdepth, bin_s: float) -> None:
