@@ -396,3 +396,56 @@ def test_esp_on_gpu_nodes_and_as_a_policy_with_errors():
     with pytest.raises(ConfigError, match="her"):
         system.make_config(make_platform("multi_wafer_mesh"), model, mapping="her", tp_size=2,
                            expert_shards=2)
+
+
+@pytest.mark.parametrize("esp", [False, True])
+@pytest.mark.parametrize("counts_only", [False, True])
+def test_unit_tables_equal_the_traffic_matrix_path(monkeypatch, esp, counts_only):
+    """The static per-unit tables (`system.unit_tables`) and the per-trace traffic matrix
+    they replace give the same layer, hard and relaxed, with soft (split) hosts too."""
+    cfg = _esp_cfg(mapping="baseline", tp=4, shards=4, rows=4, cols=4) if esp else _cfg(
+        mapping="er", tp=4, rows=4, cols=4)
+    e, d = cfg.model.num_experts, cfg.num_devices
+    tr = random_trace(jax.random.key(11), 1, 1, 1, 24, e, 2, valid=[[20]])
+    ids, mask, counts = tr.expert_ids[0, 0, 0], tr.token_mask[0, 0], tr.counts[0, 0, 0]
+    if counts_only:
+        ids, mask = jnp.zeros((0, 2), jnp.int32), jnp.zeros((0,), bool)
+    soft = jax.nn.softmax(jax.random.normal(jax.random.key(3), (e, d)), -1)
+    keys = ("layer_s", "all_to_all_s", "avg_hops", "remote_bytes", "a2a_link_bytes",
+            "device_tokens", "device_busy_s")
+
+    def run():
+        outs = []
+        for tau, host in ((0.0, None), (0.3, soft)):
+            p = system.default_params(cfg).replace(tau=jnp.float32(tau))
+            h = p.placement if host is None else host
+            outs.append(system.layer(cfg, p, h, ids, mask, counts))
+        return outs
+
+    assert system.unit_tables(cfg, counts_only) is not None
+    tables = run()
+    monkeypatch.setattr(system, "UNIT_TABLE_MAX", 0)
+    system.unit_tables.cache_clear()
+    try:
+        assert system.unit_tables(cfg, counts_only) is None
+        dense = run()
+    finally:
+        system.unit_tables.cache_clear()
+    for a, b in zip(tables, dense, strict=True):
+        for k in keys:
+            np.testing.assert_allclose(np.asarray(a[k]), np.asarray(b[k]), rtol=2e-5,
+                                       atol=1e-12, err_msg=k)
+
+
+def test_binary_fast_expert_roofline_equals_the_dense_one():
+    cfg = _cfg(mapping="er", tp=2, rows=2, cols=4)
+    p = system.default_params(cfg)
+    host = np.asarray(p.placement).copy()
+    host[[0, 3, 5], [1, 6, 2]] = 1.0  # replicas: experts split over several hosts
+    counts = jnp.asarray([0.0, 3.0, 50.0, 7.0, 0.0, 400.0, 1.0, 12.0])
+    fast = system.expert_times(cfg, jnp.asarray(host), counts, 0.0, 0.0, jnp.bool_(True))
+    dense = system.expert_times(cfg, jnp.asarray(host), counts, 0.0, 0.0, jnp.bool_(False))
+    for a, b in zip(fast, dense, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+    assert bool(system.is_binary(jnp.asarray(host)))
+    assert not bool(system.is_binary(jnp.asarray(host) * 0.5))
