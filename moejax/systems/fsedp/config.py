@@ -48,7 +48,8 @@ class FSEDPConfig:
     """Static configuration of FSE-DP on a chiplet package (hashable by identity).
 
     naive: A1, §III (token redistribution + whole-slice circulation, no micro-slice flow).
-    paired_load: §IV-A paired-load order (hot expert paired with cold, scheduled together).
+    paired_load: §IV-A paired-load order (hottest, coldest, 2nd hottest, ...) of Algorithm 1;
+      each expert still starts on its own (Algorithm 1 lines 5-10, `layer.unit_order`).
     rule5: §IV-C Rule 5 (DDR sends micro-slices to the trajectory chiplet with most space).
     token_buffering: Algorithm 2 (§V-A) with `slack` (fraction of forward passes a request
       may be deferred), `theta_min` (tokens below which an expert is cold) and

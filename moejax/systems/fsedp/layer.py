@@ -22,13 +22,17 @@ Model (the same rules as `reference.py`, which is a plain-Python event loop):
   pre-loaded, |T_e| - 1 D2D hops of one micro-slice, one micro-slice compute).
 * Buffers (§IV-B): a running expert keeps 2 micro-slices per trajectory die (one computed
   and forwarded, one received: Fig. 4b); DDR bandwidth left over by running experts
-  pre-loads the first pending expert into free space (Algorithm 1 line 12, Rule 4). A unit
-  starts only if its slots fit. Rule 5 (A4): the remaining DDR load of a starting expert is
-  spread over T_e in proportion to each die's free space instead of evenly.
-* Algorithm 1: experts are ordered (paired-load: hottest with coldest, §IV-A, and a pair is
-  one scheduling unit; otherwise expert-id order); at every event, while some die is idle,
-  the first pending unit whose trajectory meets the idle set starts (line 6-9); dies become
-  idle again when no running expert uses them (line 15).
+  pre-loads the first pending expert into free space (Algorithm 1 line 12, Rule 4). An
+  expert starts only if its slots fit. Rule 5 (A4): the remaining DDR load of a starting
+  expert is spread over T_e in proportion to each die's free space instead of evenly.
+* Algorithm 1: experts are ordered (paired-load, §IV-A: hottest, coldest, 2nd hottest,
+  2nd coldest, ...; otherwise expert-id order); at every event, while some die is idle, the
+  first pending expert whose trajectory meets the idle set starts (lines 5-10 stream one e
+  of the pair, then `break`); its partner starts in a later round if its own trajectory
+  still meets an idle die, else Rule 4 pre-loads it (line 12, §V-A "If the paired expert
+  cannot cover any idle chiplet at the moment, it is pre-loaded"). A pair is an order, not
+  a unit that must start together. Dies become idle again when no running expert uses
+  them (line 15).
 
 One scan step = one event (an expert's stream ends or its drain ends); at most 2E + 2.
 """
@@ -92,11 +96,12 @@ def tokens_per_die(cfg: FSEDPConfig, expert_ids, token_mask, counts):
 
 
 def unit_order(cfg: FSEDPConfig, counts):
-    """Scheduling unit of each expert, int [E] (E for inactive experts). Algorithm 1 line 1.
+    """Position of each expert in Algorithm 1's list E_sorted, int [E] (E when inactive).
 
-    Paired-load (§IV-A, Fig. 5): sort active experts by token count (descending, ties by
-    id) and pair position p with n - 1 - p (hottest with coldest); unit = pair index.
-    Otherwise unit = rank of the expert id among active experts.
+    Paired-load (§IV-A, Fig. 5; Algorithm 1 line 1): sort active experts by token count
+    (descending, ties by id) and pair rank p with n - 1 - p (hottest with coldest); pair u
+    takes positions 2u (its hot expert) and 2u + 1 (its cold one; the middle expert of an
+    odd count is alone at 2u). Otherwise the rank of the expert id among active experts.
     """
     e = cfg.model.num_experts
     active = counts > 0
@@ -104,33 +109,12 @@ def unit_order(cfg: FSEDPConfig, counts):
     if cfg.paired_load:
         key = jnp.where(active, counts, -1.0)
         order = jnp.argsort(-key, stable=True)
-        pos = jnp.zeros(e, jnp.int32).at[order].set(jnp.arange(e, dtype=jnp.int32))
-        unit = jnp.minimum(pos, n_act - 1 - pos)
+        rank = jnp.zeros(e, jnp.int32).at[order].set(jnp.arange(e, dtype=jnp.int32))
+        mirror = n_act - 1 - rank
+        unit = 2 * jnp.minimum(rank, mirror) + (rank > mirror)
     else:
         unit = jnp.cumsum(active.astype(jnp.int32)) - 1
     return jnp.where(active, unit, e).astype(jnp.int32)
-
-
-def paired_layout(cfg: FSEDPConfig, tok, counts):
-    """Experts re-laid so paired-load unit u (§IV-A) sits at positions 2u and 2u + 1.
-
-    Same pairs as `unit_order` (hot-to-cold position p with n - 1 - p; the middle expert of
-    an odd count alone). Returns tok [D, L] (zero columns for empty places), the expert id
-    of each place [L] (E when empty) and its unit [L] (L when empty); L = 2 ceil(E / 2).
-    Summing a unit is then a reshape, not a gather or an [E, U] matmul (fast under vmap).
-    """
-    e = cfg.model.num_experts
-    half = (e + 1) // 2
-    active = counts > 0
-    n_act = active.sum()
-    order = jnp.argsort(-jnp.where(active, counts, -1.0), stable=True)
-    u = jnp.arange(half)
-    hot = jnp.where(u < (n_act + 1) // 2, order[jnp.minimum(u, e - 1)], e)
-    cold = jnp.where(u < n_act // 2, order[jnp.clip(n_act - 1 - u, 0, e - 1)], e)
-    eid = jnp.stack([hot, cold], axis=-1).reshape(2 * half).astype(jnp.int32)
-    padded = jnp.concatenate([tok, jnp.zeros_like(tok[:, :1])], axis=-1)
-    unit = jnp.where(eid < e, jnp.arange(2 * half) // 2, 2 * half).astype(jnp.int32)
-    return padded[:, eid], eid, unit
 
 
 def ring_successor_hops(cfg: FSEDPConfig, member):
@@ -195,9 +179,8 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
     Returns a dict: latency_s, busy_s [D, 3], peak_weight_bytes [D], events; with
     `timeline` also per-step t_s [S], dt_s [S], usage [S, D, 3] (rates in [0, 1]).
 
-    Unit sums go through `unit_partner` gathers and every reduction over experts is an
-    elementwise sum (no [E, U] matmuls, no batched dots under vmap): the event loop is
-    vmapped over thousands of traces on CPU.
+    Every reduction over experts is an elementwise sum (no [E, U] matmuls, no batched dots
+    under vmap): the event loop is vmapped over thousands of traces on CPU.
     """
     hw = hardware_of(cfg) if hw is None else hw
     d_n = cfg.num_devices
@@ -205,28 +188,16 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
     ddr_Bps = hw.ddr_Bps
     m = jnp.asarray(m, jnp.float32)
     counts = counts * (tok > 0).any(0)
-    if cfg.paired_load:
-        tok, eid, unit = paired_layout(cfg, tok, counts)
-    else:
-        eid = jnp.arange(cfg.model.num_experts)
-        unit = unit_order(cfg, counts)
-    e_n = tok.shape[-1]  # experts in layout order (paired-load: unit u at 2u, 2u + 1)
+    pos = unit_order(cfg, counts)  # Algorithm 1 order (paired-load: hot, cold, hot, ...)
+    e_n = tok.shape[-1]
     member, comp, _, send, drain, fill = expert_demands(cfg, m, tok, hw)
     memf = member.astype(jnp.float32)
     active = member.any(-1)
     w_ms = w / m
     slot_bytes = SLOTS_PER_RUNNING_EXPERT * w_ms
     cap = hw.weight_buffer_bytes
-    # room kept free so the next unit (an expert, or a pair) can always start: no deadlock
-    reserve = (2 if cfg.paired_load else 1) * slot_bytes
-    prio = unit * (cfg.model.num_experts + 1) + eid  # pre-load order: unit, then expert id
-
-    def unit_sum(x):
-        """[E, D] per expert -> the sum over its unit (paired-load: the adjacent pair)."""
-        if not cfg.paired_load:
-            return x
-        pair = x.reshape(e_n // 2, 2, d_n).sum(1, keepdims=True)
-        return jnp.broadcast_to(pair, (e_n // 2, 2, d_n)).reshape(e_n, d_n)
+    # room kept free so the next expert can always start its slots: no deadlock
+    reserve = slot_bytes
 
     def occupancy(st):
         running = (st.status == STREAMING) | (st.status == DRAINING)
@@ -237,7 +208,7 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
     def start(st, start_e, occ_at):
         """Start experts `start_e` [E] bool: fix their DDR demand (Rules 4, 5) and drains.
 
-        occ_at [E, D]: weight bytes on each die just before each expert's unit started.
+        occ_at [E, D]: weight bytes on each die just before each expert started.
         """
         pre_tot = st.pre_bytes.sum(-1)
         if cfg.rule5:
@@ -257,30 +228,29 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
         )
 
     def schedule(st):
-        """Algorithm 1 lines 3-10: up to D rounds, each starting the first pending unit whose
-        trajectory meets the idle set (ICV) and whose slots fit.
+        """Algorithm 1 lines 3-10: up to D rounds, each starting the first pending expert
+        (in E_sorted order) whose trajectory meets the idle set (ICV) and whose slots fit.
 
-        A pending unit's trajectory and slot demand do not change while others start, so
+        A pending expert's trajectory and slot demand do not change while others start, so
         they are computed once; each round updates only the idle set and the occupancy.
         """
         running = st.status == STREAMING  # line 15: a die is idle once no stream uses it
         pend = st.status == PENDING
         idle = ~jnp.any(running[:, None] & member, axis=0)  # ICV [D]
-        traj = unit_sum(jnp.where(pend[:, None], memf, 0.0)) > 0  # unit trajectory [E, D]
-        add = unit_sum(jnp.where(pend[:, None], slot_bytes * memf - st.pre_bytes, 0.0))
+        traj = pend[:, None] & member  # trajectory T_e [E, D]
+        add = jnp.where(pend[:, None], slot_bytes * memf - st.pre_bytes, 0.0)
         limit = cap * (1 + REL_TOL)
 
         def one_round(_, c):
             pend, idle, occ, started, occ_at = c
             fits = jnp.all(occ[None, :] + add <= limit, axis=-1)
             ok = pend & jnp.any(traj & idle[None, :], axis=-1) & fits
-            first = jnp.min(jnp.where(ok, unit, e_n))  # the first unit in Algorithm 1 order
-            new = pend & (unit == first) & (first < e_n)
+            first = jnp.min(jnp.where(ok, pos, e_n))  # the first in Algorithm 1 order
+            new = pend & (pos == first) & (first < e_n)  # one expert (pos is unique)
             idle = idle & ~jnp.any(new[:, None] & traj, axis=0)
             if cfg.rule5:
                 occ_at = jnp.where(new[:, None], occ[None, :], occ_at)
-            # the unit's members share one `add` row: (row + row) / 2 == row exactly
-            occ = occ + jnp.where(new[:, None], add, 0.0).sum(0) / jnp.maximum(new.sum(), 1)
+            occ = occ + jnp.where(new[:, None], add, 0.0).sum(0)
             return pend & ~new, idle, occ, started | new, occ_at
 
         occ_at = jnp.zeros((e_n, d_n)) if cfg.rule5 else None
@@ -311,13 +281,13 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
         dt = jnp.where(jnp.isfinite(dt), jnp.maximum(dt, 0.0), 0.0)
         usage = (rate[:, None, None] * dem_s).sum(0)  # [D, 3], each <= 1
         # Rule 4 / Algorithm 1 line 12: each die's left-over DDR bandwidth pre-loads the
-        # next pending expert (in unit order) that still has a share to load on that die,
-        # into free space beyond the slots reserved for one more starting pair.
+        # next pending expert (in Algorithm 1 order) that still has a share to load on that die,
+        # into free space beyond the slots reserved for one more starting expert.
         pend = (st.status == PENDING)[:, None]
         left_e = jnp.maximum(w - st.pre_bytes.sum(-1), 0.0)  # [E] bytes not yet on chip
         cand = pend & member & (left_e[:, None] > 0)  # [E, D]
-        key = jnp.where(cand, prio[:, None], jnp.iinfo(jnp.int32).max)
-        tgt = (cand & (key == key.min(0))).astype(jnp.float32)  # [E, D] (prio is unique)
+        key = jnp.where(cand, pos[:, None], jnp.iinfo(jnp.int32).max)
+        tgt = (cand & (key == key.min(0))).astype(jnp.float32)  # [E, D] (pos is unique)
         n_tgt = jnp.maximum(tgt.sum(-1), 1.0)  # dies pre-loading the same expert share it
         want = (tgt * (left_e / n_tgt)[:, None]).sum(0)  # [D]
         room = jnp.maximum(cap - reserve - occupancy(st), 0.0)

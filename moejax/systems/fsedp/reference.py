@@ -18,7 +18,8 @@ REL_TOL = 1e-5
 
 
 def _order(cfg: FSEDPConfig, counts):
-    """Unit of each expert (Algorithm 1 line 1; paired-load §IV-A)."""
+    """Position of each expert in E_sorted (Algorithm 1 line 1; paired-load §IV-A: pair
+    u = (rank u, rank n - 1 - u) at positions 2u, 2u + 1; each expert scheduled alone)."""
     e_n = len(counts)
     active = [c > 0 for c in counts]
     act_ids = [e for e in range(e_n) if active[e]]
@@ -27,7 +28,7 @@ def _order(cfg: FSEDPConfig, counts):
         ranked = sorted(act_ids, key=lambda e: (-counts[e], e))
         n = len(ranked)
         for p, e in enumerate(ranked):
-            unit[e] = min(p, n - 1 - p)
+            unit[e] = 2 * min(p, n - 1 - p) + (1 if p > n - 1 - p else 0)
     else:
         for r, e in enumerate(act_ids):
             unit[e] = r
@@ -50,7 +51,7 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
     w_ms = w / m
     slot = SLOTS_PER_RUNNING_EXPERT * w_ms
     cap = cfg.weight_buffer_bytes
-    reserve = (2 if cfg.paired_load else 1) * slot
+    reserve = slot  # room for one more starting expert
 
     # per-expert demands (layer.expert_demands)
     comp, send, share, hops = {}, {}, {}, {}
@@ -120,27 +121,24 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
     for _ in range(steps):
         if all(s == DONE for s in status):
             break
-        # Algorithm 1: start units while some die of their trajectory is idle
+        # Algorithm 1 lines 3-10: in E_sorted order, start the first pending expert whose
+        # trajectory meets an idle die and whose slots fit; repeat while one does
         for _round in range(d_n):
             idle = [not any(status[e] == STREAMING and member[e][d] for e in range(e_n))
                     for d in range(d_n)]
             occ = occupancy()
             chosen = None
-            for u in sorted({unit[e] for e in range(e_n) if status[e] == PENDING}):
-                mem = [e for e in range(e_n) if unit[e] == u and status[e] == PENDING]
-                traj = [any(member[e][d] for e in mem) for d in range(d_n)]
-                if not any(traj[d] and idle[d] for d in range(d_n)):
+            for e in sorted((e for e in range(e_n) if status[e] == PENDING),
+                            key=lambda x: unit[x]):
+                if not any(member[e][d] and idle[d] for d in range(d_n)):
                     continue
-                add = [sum((slot if member[e][d] else 0.0) - pre[e, d] for e in mem)
-                       for d in range(d_n)]
+                add = [(slot if member[e][d] else 0.0) - pre[e, d] for d in range(d_n)]
                 if all(occ[d] + add[d] <= cap * (1 + REL_TOL) for d in range(d_n)):
-                    chosen = mem
+                    chosen = e
                     break
             if chosen is None:
                 break
-            occ = occupancy()  # a unit's members start together, from the same occupancy
-            for e in chosen:
-                start(e, occ)
+            start(chosen, occ)
         occ = occupancy()
         peak = [max(peak[d], occ[d]) for d in range(d_n)]
         stream = [e for e in range(e_n) if status[e] == STREAMING]
