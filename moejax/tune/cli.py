@@ -19,7 +19,8 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u.add_argument("--policy", default="", help="base policy (default: the system's own)")
     u.add_argument("--param", default="placement",
                    help="comma-separated parameter names (ep, wafer: placement; fsedp: "
-                   "num_microslices, theta_min, slack)")
+                   "num_microslices, theta_min, slack, and the hardware knobs "
+                   "weight_buffer_bytes, ddr_Bps, link_Bps)")
     u.add_argument("--steps", type=positive_int, default=200)
     u.add_argument("--traces", type=positive_int, default=64, help="training traces")
     u.add_argument("--batch", type=positive_int, default=16, help="traces per step")
@@ -44,11 +45,19 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
                    help="expected | system | lattice (integer knobs: hard runs at the "
                    "integer neighbours)")
     u.add_argument("--capacity", type=int, default=0, help="experts per device (0: E/D)")
+    u.add_argument("--budget", default="",
+                   help="fsedp hardware params: 000 Eq. (1)-(2) coefficients, name=value,... "
+                   "(area_limit_mm2, power_limit_w, sram_mm2_per_MiB, ucie_module_Bps, "
+                   "ucie_module_mm2, compute_mm2, compute_w, d2d_pj_per_bit, ddr_pj_per_bit, "
+                   "penalty_weight; defaults: moejax/tune/hardware.py)")
     u.add_argument("--every", type=positive_int, default=50, help="checkpoint every N steps")
     u.add_argument("--keep", type=positive_int, default=3, help="checkpoints kept")
     u.add_argument("--out", required=True, help="checkpoint folder, e.g. checkpoints/NAME")
     u.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     u.add_argument("--export", help="write the tuned policy TOML here (policies/NAME.toml)")
+    u.add_argument("--export-hardware",
+                   help="with ddr_Bps / link_Bps tuned: write the tuned platform TOML here "
+                   "(a policy has no key for them); use it as moejax simulate --hardware")
     u.add_argument("--quiet", action="store_true", help="no progress bar")
     return u
 
@@ -66,7 +75,7 @@ def config_from_args(cls, args):
                sim_tau_scale=args.sim_tau_scale, gumbel=args.gumbel, loss=args.loss,
                every=args.every,
                keep=args.keep, init=args.init, relaxation=args.relaxation,
-               capacity=args.capacity)
+               capacity=args.capacity, budget=args.budget)
 
 
 def finish(args, cfg, res) -> int:
@@ -76,12 +85,19 @@ def finish(args, cfg, res) -> int:
 
     t = Table(title=f"{cfg.system} {', '.join(cfg.params)} on {cfg.hardware}, {cfg.model}: "
                     f"held-out, hard mode ({cfg.eval_traces} traces)")
-    for c in ("values", "latency mean ms", "p99 ms", "max/mean device load"):
+    budget = any("budget" in s for s in res.evaluation.values())
+    cols = ("values", "latency mean ms", "p99 ms", "max/mean device load")
+    for c in cols + (("mm^2 / die, W, within 000 Eq. (1)-(2)",) if budget else ()):
         t.add_column(c, justify="right")
     for name, s in res.evaluation.items():
         ratio = s.get("max_load_ratio_mean")
-        t.add_row(name, f"{s['latency_ms']['mean']:.5g}", f"{s['latency_ms']['p99']:.5g}",
-                  "" if ratio is None else f"{ratio:.3f}")
+        row = [name, f"{s['latency_ms']['mean']:.5g}", f"{s['latency_ms']['p99']:.5g}",
+               "" if ratio is None else f"{ratio:.3f}"]
+        if budget:
+            b = s["budget"]
+            row.append(f"{b['area_mm2']:.4g}, {b['power_w']:.4g}, "
+                       f"{'yes' if b['feasible'] else 'NO'}")
+        t.add_row(*row)
     Console().print(t)
     print(f"checkpoints in {args.out} (step {res.step}); summary in {args.out}/summary.json")
     if args.export:
@@ -89,6 +105,8 @@ def finish(args, cfg, res) -> int:
         from moejax.tune.loop import build_problem
 
         path = export.write_policy(args.export, build_problem(cfg, traces=False), res.hard,
-                                   res.step)
+                                   res.step, hardware_path=args.export_hardware)
         print(f"wrote policy {path}")
+        if args.export_hardware:
+            print(f"wrote platform {args.export_hardware}")
     return 0

@@ -55,12 +55,29 @@ def policy_text(base, overrides: dict, run: dict, step: int, description: str = 
     return "\n".join(lines) + "\n"
 
 
-def write_policy(path: str | Path, prob, hard: dict, step: int, description: str = "") -> Path:
-    """Export hard values of a tuning `Problem` to `path` (atomic); returns the path."""
+def write_policy(path: str | Path, prob, hard: dict, step: int, description: str = "",
+                 hardware_path: str | Path | None = None) -> Path:
+    """Export hard values of a tuning `Problem` to `path` (atomic); returns the path.
+
+    Tuned values that a policy has no key for (the fsedp DDR / D2D bandwidths) go to a
+    platform TOML at `hardware_path` (`Setup.platform_text`), required then."""
     path = Path(path)
-    if path.suffix != ".toml":
-        raise ConfigError(f"export: {path} must end in .toml")
+    for p in (path, hardware_path):
+        if p is not None and Path(p).suffix != ".toml":
+            raise ConfigError(f"export: {p} must end in .toml")
+    hw_text = None
+    if prob.setup.platform_text is not None:
+        run = prob.cfg.spec()
+        hw_text = prob.setup.platform_text(
+            hard, f"Tuned by `moejax tune` ({', '.join(run['params'])}) for {run['model']} "
+                  f"on {run['hardware']}, checkpoint step {step};\nuse with the policy "
+                  f"{path.name} (moejax simulate --hardware THIS --policy {path.name}).")
+    if hw_text is not None and hardware_path is None:
+        raise ConfigError("export: ddr_Bps / link_Bps are platform values that a policy has no "
+                          "key for; give a hardware path too (--export-hardware NAME.toml)")
     text = policy_text(prob.policy, prob.setup.options(hard), prob.cfg.spec(), step,
                        description)
+    if hw_text is not None:
+        atomic_write_text(Path(hardware_path), hw_text)
     atomic_write_text(path, text)
     return path

@@ -71,6 +71,9 @@ class TuneConfig:
     # multilinear interpolation of hard runs at the integer neighbours (integer knobs only)
     relaxation: str = "expected"
     capacity: int = 0  # experts per device (0: ceil(E / D))
+    # fsedp hardware params: overrides of the 000 Eq. (1)-(2) coefficients, "name=value,..."
+    # (moejax.tune.hardware.ChipletBudget; "" = its defaults)
+    budget: str = ""
 
     def __post_init__(self):
         if self.loss not in LOSSES:
@@ -94,6 +97,10 @@ class TuneConfig:
                               f"lr={self.lr}, clip={self.clip}, tau_start={self.tau_start}, "
                               f"tau_end={self.tau_end}")
         object.__setattr__(self, "params", tuple(self.params))
+        if self.budget:
+            from moejax.tune.hardware import ChipletBudget
+
+            ChipletBudget.parse(self.budget)  # errors name the field now, not mid-run
 
     def spec(self) -> dict:
         """JSON form (what a checkpoint records)."""
@@ -143,8 +150,13 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
     if s.policy.system != cfg.system:
         raise ConfigError(f"policy {s.policy.name!r} is for system {s.policy.system!r}, "
                           f"not --system {cfg.system!r}")
+    budget = None
+    if cfg.budget:
+        from moejax.tune.hardware import ChipletBudget
+
+        budget = ChipletBudget.parse(cfg.budget)
     setup = targets.build_setup(s.policy, s.platform, s.model, cfg.iterations, cfg.params,
-                                cfg.capacity)
+                                cfg.capacity, budget)
     train = heldout = None
     load_e = np.ones(s.model.num_experts)
     if traces:
@@ -181,9 +193,13 @@ def relaxed_values(setup: targets.Setup, raw: dict, tau) -> dict:
 
 
 def hard_values(prob: Problem, raw: dict) -> dict:
-    """Valid discrete values of the raw parameters (rounded at the final temperature)."""
+    """Valid discrete values of the raw parameters (rounded at the final temperature), made
+    feasible by the setup's joint constraint if it has one (`BudgetConstraint.project`)."""
     tau = float(prob.cfg.tau_end)
-    return {k: f.hard(raw[k], tau) for k, f in prob.setup.families.items()}
+    hard = {k: f.hard(raw[k], tau) for k, f in prob.setup.families.items()}
+    if prob.setup.constraint is not None:
+        hard = prob.setup.constraint.project(hard)
+    return hard
 
 
 def reduce_loss(kind: str, out: dict):
@@ -226,6 +242,8 @@ def make_objective(prob: Problem):
             out = jax.vmap(lambda tr, k: engine.run_one(setup.system, params, tr, k))(
                 traces, keys)
         pen = sum(f.penalty(values[k]) for k, f in setup.families.items())
+        if setup.constraint is not None:  # e.g. 000 Eq. (1)-(2) over the hardware knobs
+            pen = pen + setup.constraint.penalty(values, tau)
         return reduce_loss(kind, out) + pen
 
     return objective
@@ -390,6 +408,8 @@ def evaluate(prob: Problem, hard: dict) -> dict:
     for name, values in rows.items():
         values = {k: v for k, v in values.items() if k in prob.setup.families}
         out[name] = summarize(evaluate_values(prob, {**hard, **values}))
+        if prob.setup.constraint is not None:
+            out[name]["budget"] = prob.setup.constraint.report({**hard, **values})
     return out
 
 

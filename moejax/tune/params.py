@@ -12,6 +12,8 @@ dataclasses (hashable, so a jitted loss can close over them):
   nearest integer.
 - `Threshold`: raw scalar; value lo + (hi - lo) sigmoid(raw) in both modes; the system's
   comparisons against it go through `gate` (a sigmoid for tau > 0, exact at 0).
+- `LogKnob`: raw scalar; a positive quantity lo (hi / lo)^sigmoid(raw) (a bandwidth, a
+  buffer size) in both modes; hard = that value in float32.
 
 Integer knobs are read by a system through `interpolate` (relax.round: a fractional count
 is the linear interpolation between its floor and ceiling); thresholds through `gate`
@@ -217,3 +219,41 @@ class Threshold:
 def gate(x, theta, tau):
     """1[x > theta] at tau = 0, sigmoid((x - theta) / tau) otherwise."""
     return relax.step(x - theta, tau)
+
+
+@dataclasses.dataclass(frozen=True)
+class LogKnob:
+    """A positive continuous quantity in [lo, hi] (hardware knobs: buffer bytes, DDR / D2D
+    bandwidth, 000 §VI-D), tuned in log space: value = lo (hi / lo)^sigmoid(raw), so a step
+    in raw is a relative change whatever the scale. Nothing discrete: hard = the value."""
+
+    name: str
+    lo: float
+    hi: float
+
+    def __post_init__(self):
+        if not 0 < self.lo < self.hi:
+            raise ConfigError(f"{self.name}: need 0 < lo < hi, got lo = {self.lo}, "
+                              f"hi = {self.hi}")
+
+    def init(self, key, start=None) -> jax.Array:
+        """Raw scalar; `start` (in [lo, hi]) maps to its preimage, None to the geometric mean."""
+        del key
+        if start is None:
+            return jnp.float32(0.0)
+        v = float(start)
+        if not self.lo <= v <= self.hi:
+            raise ConfigError(f"{self.name} = {v:.6g} lies outside the tuning box; allowed: "
+                              f"[{self.lo:.6g}, {self.hi:.6g}]")
+        u = np.clip(np.log(v / self.lo) / np.log(self.hi / self.lo), 1e-3, 1 - 1e-3)
+        return jnp.float32(np.log(u / (1 - u)))
+
+    def relaxed(self, raw, tau) -> jax.Array:
+        span = np.log(self.hi / self.lo)
+        return self.lo * jnp.exp(span * jax.nn.sigmoid(raw))
+
+    def hard(self, raw, tau=0.0) -> float:
+        return float(np.float32(self.relaxed(raw, tau)))
+
+    def penalty(self, value) -> jax.Array:
+        return jnp.float32(0.0)  # the box is kept by the sigmoid; the budget by the Setup

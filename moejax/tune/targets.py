@@ -36,6 +36,11 @@ class Setup:
     expected(values, traces, tau) -> per-trace latency_s [T], or None: the system's
       latency with placements read as distributions (expected per-device work), equal to
       the system's own latency in hard mode for one-hot placements (see `_ep_expected`).
+    constraint: a joint constraint over several families, or None: `penalty(values, tau)`
+      added to the loss, `project(hard) -> hard` applied when rounding, `report(hard)` in
+      summaries (`moejax.tune.hardware.BudgetConstraint`, 000 Eq. (1)-(2)).
+    platform_text(hard, header) -> TOML text of a derived platform, or None when the policy
+      alone carries the tuned values (hardware knobs a policy has no key for).
     """
 
     system: System
@@ -46,6 +51,8 @@ class Setup:
     baselines: Callable
     options: Callable
     expected: Callable | None = None
+    constraint: object | None = None
+    platform_text: Callable | None = None
 
     def as_values(self, hard: dict) -> dict:
         """Hard values as the arrays `apply` takes."""
@@ -54,6 +61,12 @@ class Setup:
             f = self.families[k]
             out[k] = f.one_hot(v) if isinstance(f, fam.Placement) else jnp.float32(v)
         return out
+
+    def feasible_grid(self, grid: dict) -> dict:
+        """The rows of a baseline grid that satisfy `constraint` (all without one)."""
+        if self.constraint is None:
+            return grid
+        return {k: v for k, v in grid.items() if self.constraint.feasible(v)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +167,8 @@ def microslice_range(lo: int) -> tuple[int, int]:
     return lo, (MAX_MICROSLICES if lo < MAX_MICROSLICES else 2 * lo)
 
 
-def _fsedp_setup(platform, model, policy, num_iterations, names, capacity=0) -> Setup:
+def _fsedp_setup(platform, model, policy, num_iterations, names, capacity=0,
+                 budget=None) -> Setup:
     """FSE-DP (moejax.systems.fsedp): the micro-slice count per expert (000 §IV-C, §VI-D),
     an integer in `microslice_range` read through relax.round (a fractional count at
     tau > 0); and Algorithm 2's cold-expert threshold theta_min and QoS slack (in [0.05, 1]),
@@ -163,12 +177,20 @@ def _fsedp_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
     [0, 16] tokens: token counts are integers, so a real threshold acts as its ceiling and
     nothing is lost; relaxed, it is the fractional value the soft comparisons read.
 
+    Hardware knobs (000 §VI-D, Fig. 16): the die's weight buffer `weight_buffer_bytes`, its
+    DDR bandwidth `ddr_Bps` and the D2D link bandwidth `link_Bps`, traced `FSEDPParams`
+    fields, each a `LogKnob` over the box of `moejax.tune.hardware` (the buffer at least
+    what the micro-slice slots need), under the area / power budget of Eq. (1)-(2)
+    (`budget`, a `ChipletBudget`; its penalty joins the loss, its projection the rounding).
+
     Baselines: the hard-mode grid over the tuned families (GRID_POINTS micro-slice counts,
-    THETA_GRID, SLACK_GRID; the product when several are tuned)."""
+    THETA_GRID, SLACK_GRID, hardware.GRID_POINTS geometric values per hardware knob; the
+    product when several are tuned; only points within the budget)."""
     import itertools
 
     from moejax.systems.fsedp import config as fcfg
     from moejax.systems.fsedp import system as fsys
+    from moejax.tune import hardware as hwb
 
     system, base = fsys.from_policy(platform, model, policy.options_table(), num_iterations)
     opts, _, _ = fsys._read_options(policy.options_table())
@@ -178,35 +200,68 @@ def _fsedp_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
                           "buffering (Algorithm 2); use a policy with ablation = 'A5', e.g. "
                           "--policy fsedp-buffered")
     lo, hi = microslice_range(max(1, fcfg.min_microslices(cfg)))
+    m_min = lo if "num_microslices" in names else float(base.num_microslices)
+    buf_lo = max(hwb.BUFFER_RANGE_BYTES[0],  # the slots of m_min micro-slices must fit
+                 2 * fcfg.SLOTS_PER_RUNNING_EXPERT * model.expert_weight_bytes / m_min)
     every = {"num_microslices": fam.IntegerKnob("num_microslices", lo, hi),
              "theta_min": fam.IntegerKnob("theta_min", *THETA_RANGE),
-             "slack": fam.Threshold("slack", *SLACK_RANGE)}
+             "slack": fam.Threshold("slack", *SLACK_RANGE),
+             "weight_buffer_bytes": fam.LogKnob("weight_buffer_bytes", float(buf_lo),
+                                                hwb.BUFFER_RANGE_BYTES[1]),
+             "ddr_Bps": fam.LogKnob("ddr_Bps", *hwb.DDR_RANGE_BPS),
+             "link_Bps": fam.LogKnob("link_Bps", *hwb.LINK_RANGE_BPS)}
     families = {k: every[k] for k in names}
     defaults = {"num_microslices": int(round(float(base.num_microslices))),
-                "theta_min": int(np.ceil(cfg.theta_min)), "slack": float(cfg.slack)}
+                "theta_min": int(np.ceil(cfg.theta_min)), "slack": float(cfg.slack),
+                "weight_buffer_bytes": float(cfg.weight_buffer_bytes),
+                "ddr_Bps": float(cfg.ddr_Bps), "link_Bps": float(cfg.link_Bps)}
     m_axis = np.unique(np.round(np.linspace(lo, hi, min(GRID_POINTS, hi - lo + 1))))
     axes = {"num_microslices": [int(m) for m in m_axis],
             "theta_min": list(THETA_GRID), "slack": list(SLACK_GRID)}
+    hw_names = [k for k in hwb.KNOBS if k in names]
+    constraint = None
+    if hw_names:
+        for k in hw_names:
+            f = families[k]
+            axes[k] = [float(np.float32(v)) for v in np.geomspace(f.lo, f.hi, hwb.GRID_POINTS)]
+            f.init(None, defaults[k])  # the platform's value must lie in the box
+        budget = hwb.ChipletBudget() if budget is None else budget
+        constraint = hwb.BudgetConstraint(budget, cfg.num_devices, cfg.topo.num_links,
+                                          {k: defaults[k] for k in hwb.KNOBS})
+    elif budget is not None:
+        raise ConfigError("budget: applies to the hardware params only "
+                          f"({', '.join(hwb.KNOBS)}); none is tuned")
 
     def apply(base, values, tau):
         get = lambda k: jnp.asarray(values.get(k, defaults[k]), jnp.float32)  # noqa: E731
+        hw = {k: get(k) for k in hw_names}  # others: None = the platform's values
         return base.replace(num_microslices=get("num_microslices"), theta_min=get("theta_min"),
-                            slack=get("slack"), tau=jnp.asarray(tau, jnp.float32))
+                            slack=get("slack"), tau=jnp.asarray(tau, jnp.float32), **hw)
 
     def grid():
         keys = list(families)
-        short = {"num_microslices": "m", "theta_min": "theta", "slack": "slack"}
+        short = {"num_microslices": "m", "theta_min": "theta", "slack": "slack",
+                 "weight_buffer_bytes": "buf_MiB", "ddr_Bps": "ddr_GBps", "link_Bps": "d2d_GBps"}
+        scale = {"weight_buffer_bytes": hwb.MiB, "ddr_Bps": 1e9, "link_Bps": 1e9}
         out = {}
         for combo in itertools.product(*(axes[k] for k in keys)):
-            label = ",".join(f"{short[k]}={v:g}" for k, v in zip(keys, combo, strict=True))
+            label = ",".join(f"{short[k]}={v / scale.get(k, 1):.4g}"
+                             for k, v in zip(keys, combo, strict=True))
             out[f"grid {label}"] = dict(zip(keys, combo, strict=True))
         return out
 
-    def options(hard):
-        return {k: float(v) for k, v in hard.items()}
+    def options(hard):  # ddr_Bps / link_Bps have no policy key: `platform_text` carries them
+        return {k: float(v) for k, v in hard.items() if k not in ("ddr_Bps", "link_Bps")}
 
-    return Setup(system, base, families, apply, {k: defaults[k] for k in names},
-                 lambda load_e: grid(), options)
+    def platform_text(hard, header):
+        if not {"ddr_Bps", "link_Bps"} & set(hard):
+            return None
+        return hwb.platform_toml(platform, hard.get("ddr_Bps"), hard.get("link_Bps"), header)
+
+    setup = Setup(system, base, families, apply, {k: defaults[k] for k in names},
+                  lambda load_e: grid(), options, constraint=constraint,
+                  platform_text=platform_text)
+    return dataclasses.replace(setup, baselines=lambda load_e: setup.feasible_grid(grid()))
 
 
 def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> Setup:
@@ -238,13 +293,16 @@ def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
 
 TARGETS: dict[str, Target] = {
     "ep": Target("ep", ("placement",), _ep_setup),
-    "fsedp": Target("fsedp", ("num_microslices", "theta_min", "slack"), _fsedp_setup),
+    "fsedp": Target("fsedp", ("num_microslices", "theta_min", "slack", "weight_buffer_bytes",
+                              "ddr_Bps", "link_Bps"), _fsedp_setup),
     "wafer": Target("wafer", ("placement",), _wafer_setup),
 }
 
 
-def build_setup(policy, platform, model, num_iterations: int, names, capacity: int = 0):
-    """The Setup of `policy`'s system; errors name unknown systems or parameters."""
+def build_setup(policy, platform, model, num_iterations: int, names, capacity: int = 0,
+                budget=None):
+    """The Setup of `policy`'s system; errors name unknown systems or parameters. `budget`:
+    a `moejax.tune.hardware.ChipletBudget` for the fsedp hardware params (None: default)."""
     if policy.system not in TARGETS:
         raise UnknownNameError("tunable system", policy.system, TARGETS)
     target = TARGETS[policy.system]
@@ -255,4 +313,9 @@ def build_setup(policy, platform, model, num_iterations: int, names, capacity: i
     for n in names:
         if n not in target.params:
             raise UnknownNameError(f"{target.system} parameter", n, target.params)
-    return target.build(platform, model, policy, num_iterations, names, capacity)
+    if budget is None:
+        return target.build(platform, model, policy, num_iterations, names, capacity)
+    if target.system != "fsedp":
+        raise ConfigError(f"budget: only the fsedp hardware params take one, not "
+                          f"{target.system}")
+    return target.build(platform, model, policy, num_iterations, names, capacity, budget)
