@@ -1,8 +1,8 @@
 """FSE-DP over the iterations of a trace: MoE layers (Algorithm 1, Rules 1-5), attention
 with head parallelism over the dies (§VI-C), token buffering (Algorithm 2) across iterations.
 
-One engine step = one forward iteration; its layers run through `layer.moe_layer` (vmapped
-over layers, or in sequence when token buffering decides per layer boundary).
+One engine step = one forward iteration; its layers run through `layer.moe_layer` one after
+another (`lax.map`; token buffering has decided each layer's tokens beforehand).
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ def build(cfg: FSEDPConfig, num_iterations: int, num_layers: int | None = None) 
             tok_l = jax.vmap(lambda i, c: tokens_per_die(cfg, i, mask, c))(ids, counts)
             done_tok, deferred, buf = n_tokens, jnp.float32(0.0), state.buf
         hw = hardware_of(cfg, params)  # FSEDPParams bandwidths / buffer (§VI-D sweeps)
-        layers = jax.vmap(lambda tk: moe_layer(cfg, m, tk, tk.sum(0), hw))(tok_l)
+        # layers in sequence (lax.map), each vmapped over traces by the runner: a nested
+        # [T, L] vmap ran the event scan 2x slower on CPU at L = 1 (benchmarks/bench_fsedp.py)
+        layers = jax.lax.map(lambda tk: moe_layer(cfg, m, tk, tk.sum(0), hw), tok_l)
         tau_s = params.tau * mod.expert_weight_bytes / cfg.ddr_Bps
         att, _ = ep.attention_time_s(att_cfg, n_tokens, tau_s)
         dense = ep.dense_ffn_time_s(att_cfg, n_tokens, tau_s)
