@@ -171,3 +171,15 @@ def test_bad_budget_and_box_values_are_clear():
     prob = tl.build_problem(TuneConfig(**SMALL), traces=False)
     with pytest.raises(ConfigError, match=r"ddr_Bps = 1e\+12 lies outside"):
         prob.setup.families["ddr_Bps"].init(None, 1e12)
+
+
+def test_shipped_checkpoint_restores_the_reported_feasible_design():
+    from pathlib import Path
+
+    from moejax.tune import restore
+
+    folder = Path(__file__).parent.parent / "checkpoints" / "fsedp-hardware-qwen3-chiplet-2x2"
+    prob, res = restore(folder)
+    reported = json.loads((folder / "hardware_grid.json").read_text())["rows"]["tuned"]
+    assert res.hard == reported["values"]  # bit-exact, including the projection
+    assert prob.setup.constraint.report(res.hard)["feasible"]
