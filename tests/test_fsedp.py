@@ -209,3 +209,18 @@ def test_bad_options_name_the_field():
     with pytest.raises(ConfigError, match="chiplet"):
         fsedp.make_config(make_platform("switch"), mod) if make_platform(
             "switch").family != "chiplet" else (_ for _ in ()).throw(ConfigError("chiplet"))
+
+
+def test_utilization_counts_expert_flops_only():
+    """`utilization` = expert FLOP time / layer latency (as EP's); the per-micro-slice
+    control overhead shows only in `utilization_split` (compute column)."""
+    cfg = _cfg(ablation="A2", ctrl_overhead_s=2e-6)
+    system = fsedp.build(cfg, 1)
+    tr = random_trace(jax.random.key(11), 2, 1, 1, 12, 8, 2)
+    out = engine.simulate(system, fsedp.FSEDPParams(num_microslices=jnp.float32(4.0)), tr)
+    flop_s = np.asarray(tr.counts)[:, 0, 0].sum(-1) * cfg.model.expert_flops_per_token / (
+        cfg.peak_flops)
+    lat = np.asarray(out["latency_s"])
+    np.testing.assert_allclose(np.asarray(out["utilization_mean"]) * lat * 4, flop_s, rtol=1e-5)
+    split = np.asarray(out["utilization_split"])[..., 0]
+    assert np.all(split > np.asarray(out["utilization"]) + 1e-6)

@@ -40,6 +40,7 @@ class FSEDPState:
     layer_latency_s: jax.Array  # sum over iterations of the mean MoE-layer latency
     forward_s: jax.Array
     busy_s: jax.Array  # [D, 3] busy time per die (compute, DDR, D2D), per mean layer
+    flop_s: jax.Array  # [D] expert FLOPs / peak per die, per mean layer (no control overhead)
     peak_weight_bytes: jax.Array  # [D]
     peak_token_bytes: jax.Array  # [D]
     tokens_done: jax.Array
@@ -69,13 +70,14 @@ def build(cfg: FSEDPConfig, num_iterations: int, num_layers: int | None = None) 
     d = cfg.num_devices
     att_cfg = attention_config(cfg)
     mod = cfg.model
+    flop_per_tok_s = mod.expert_flops_per_token / cfg.peak_flops
 
     def init(params: FSEDPParams, trace: Trace, key):
         del key
         z = jnp.float32(0.0)
         n_l = trace.counts.shape[-2]
         return FSEDPState(trace, buffering.init_state(cfg, n_l), z, z, jnp.zeros((d, 3)),
-                          jnp.zeros(d), jnp.zeros(d), z, z, z, z)
+                          jnp.zeros(d), jnp.zeros(d), jnp.zeros(d), z, z, z, z)
 
     def step(params: FSEDPParams, state: FSEDPState, t):
         tr = state.trace
@@ -105,6 +107,9 @@ def build(cfg: FSEDPConfig, num_iterations: int, num_layers: int | None = None) 
             layer_latency_s=state.layer_latency_s + real * lat.mean(),
             forward_s=state.forward_s + real * forward,
             busy_s=state.busy_s + real * layers["busy_s"].mean(0),
+            flop_s=state.flop_s + real * flop_per_tok_s * (
+                jnp.broadcast_to(tok_l.sum((-1, -2)).mean() / d, (d,)) if cfg.naive  # A1: even
+                else tok_l.sum(-1).mean(0)),
             peak_weight_bytes=jnp.maximum(state.peak_weight_bytes,
                                           layers["peak_weight_bytes"].max(0)),
             peak_token_bytes=jnp.maximum(state.peak_token_bytes,
@@ -119,12 +124,13 @@ def build(cfg: FSEDPConfig, num_iterations: int, num_layers: int | None = None) 
     def finish(params: FSEDPParams, state: FSEDPState, outs):
         n = jnp.maximum(state.iterations, 1.0)
         lat = jnp.maximum(state.layer_latency_s, 1e-30)
-        util = state.busy_s / lat  # [D, 3]
+        util = state.busy_s / lat  # [D, 3], compute including the per-micro-slice overhead
+        pe = state.flop_s / lat  # [D] PE-array utilization: expert FLOPs only, as EP's
         return {
             "latency_s": state.layer_latency_s / n,
             "forward_s": state.forward_s / n,
-            "utilization": util[:, 0],
-            "utilization_mean": util[:, 0].mean(),
+            "utilization": pe,
+            "utilization_mean": pe.mean(),
             "utilization_split": util,
             "peak_weight_bytes": state.peak_weight_bytes,
             "peak_token_bytes": state.peak_token_bytes,
