@@ -313,7 +313,7 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
 
     z = jnp.zeros(e_n)
     st = LayerState(
-        t_s=jnp.float32(0.0),
+        t_s=jnp.zeros(()),  # default float dtype (float64 under jax_enable_x64)
         status=jnp.where(active, PENDING, DONE).astype(jnp.int32),
         prog=z, drain_end_s=z, ddr_s=jnp.zeros((e_n, d_n)), ddr_total_s=z, pipe_s=z,
         pre_bytes=jnp.zeros((e_n, d_n)), busy_s=jnp.zeros((d_n, 3)),
