@@ -92,6 +92,19 @@ def test_conservation_capacity_and_lower_bounds(ablation):
     assert np.all(busy / lat <= 1 + 1e-5)
 
 
+def test_tokens_per_die_counts_routed_pairs_on_owner_dies():
+    """The scatter-add equals the one-hot count; masked tokens and ids outside [0, E) count
+    nowhere (a negative id must not wrap to expert E - 1)."""
+    cfg = _cfg()
+    ids = jnp.array([[0, 7], [3, -1], [7, 8], [2, 2], [5, 1], [6, 0]], jnp.int32)
+    mask = jnp.array([True, True, True, True, False, True])
+    owner = jax.nn.one_hot(layer.token_owner(6, 4), 4)  # [N, D]
+    want = owner.T @ (jax.nn.one_hot(ids, 8).sum(-2) * mask[:, None])
+    got = layer.tokens_per_die(cfg, ids, mask, jnp.zeros(8))
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert float(got.sum()) == 8.0 and float(got[1, 7]) == 0.0
+
+
 def test_paired_load_order_pairs_hottest_with_coldest():
     cfg = _cfg(ablation="A3")
     counts = jnp.array([5.0, 0.0, 9.0, 1.0, 3.0, 7.0, 0.0, 2.0])
