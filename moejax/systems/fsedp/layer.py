@@ -211,6 +211,7 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
     counts = counts * (tok > 0).any(0)
     pos = unit_order(cfg, counts)  # Algorithm 1 order (paired-load: hot, cold, hot, ...)
     e_n = tok.shape[-1]
+    by_pos = jnp.argsort(pos)  # expert at each position of E_sorted (active ones first)
     member, comp, _, send, drain, fill = expert_demands(cfg, m, tok, hw)
     # [D, E] inside the event loop (see LayerState)
     member, comp, send = member.T, comp.T, send.T
@@ -270,11 +271,13 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
             fits = _over_dies(jnp.logical_and, occ[:, None] + add <= limit)
             ok = pend & _over_dies(jnp.logical_or, traj & idle[:, None]) & fits
             first = jnp.min(jnp.where(ok, pos, e_n))  # the first in Algorithm 1 order
-            new = pend & (pos == first) & (first < e_n)  # one expert (pos is unique)
-            idle = idle & ~jnp.any(new[None, :] & traj, axis=1)
+            found = first < e_n
+            new = pend & (pos == first) & found  # one expert (pos is unique)
+            e_new = by_pos[jnp.minimum(first, e_n - 1)]  # its index: read its column only
+            idle = idle & ~(traj[:, e_new] & found)
             if cfg.rule5:
                 occ_at = jnp.where(new[None, :], occ[:, None], occ_at)
-            occ = occ + jnp.where(new[None, :], add, 0.0).sum(1)
+            occ = occ + jnp.where(found, add[:, e_new], 0.0)
             return pend & ~new, idle, occ, started | new, occ_at
 
         occ_at = jnp.zeros((d_n, e_n)) if cfg.rule5 else None
