@@ -264,38 +264,65 @@ def _fsedp_setup(platform, model, policy, num_iterations, names, capacity=0,
     return dataclasses.replace(setup, baselines=lambda load_e: setup.feasible_grid(grid()))
 
 
+WAFER_ALPHA_RANGE = (0.01, 64.0)  # Eq. 2 alpha (summed layer imbalance), log-space box
+
+
 def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> Setup:
     """Wafer-scale EP (moejax.systems.wafer, 001): the native expert placement [E, D]
     (`WaferParams.placement`, one-hot rows), at most `capacity` experts per device (default
-    ceil(E / D)). The system's own relaxation reads a soft row as a split expert. Export
-    writes the policy's `placement` list."""
+    ceil(E / D)); the system's own relaxation reads a soft row as a split expert. And the
+    NI-Balancer trigger alpha of 001 Eq. 2 (`WaferParams.alpha`, a positive `LogKnob` in
+    WAFER_ALPHA_RANGE): at tau > 0 the step's trigger is the gate `balancer.eq2_gate` and
+    every balancer decision blends re-plan and keep with it (`system.build`), so the relaxed
+    forward time (migration stalls included: use loss = 'forward') is differentiable in
+    alpha. Export writes the policy's `placement` list and `alpha`. Baselines for alpha:
+    the hard grid `zeroth.WAFER_ALPHA_GRID` and 'never balance' (alpha = 1e9)."""
     from moejax.systems.wafer import system as wsys
+    from moejax.tune import zeroth
 
     system, base = wsys.from_policy(platform, model, policy.options_table(), num_iterations)
     e, d = model.num_experts, platform.num_devices
     cap = capacity or -(-e // d)
+    every = {"placement": fam.Placement(e, d, cap), "alpha": fam.LogKnob("alpha",
+                                                                         *WAFER_ALPHA_RANGE)}
+    families = {k: every[k] for k in names}
+    defaults = {"placement": np.asarray(base.placement).argmax(-1),
+                "alpha": float(base.alpha)}
 
     def apply(base, values, tau):
         return base.replace(placement=values.get("placement", base.placement),
+                            alpha=jnp.asarray(values.get("alpha", base.alpha), jnp.float32),
                             tau=jnp.asarray(tau, jnp.float32))
 
     def baselines(load_e):
-        return {"contiguous": {"placement": fam.contiguous_ids(e, d)},
-                "round-robin": {"placement": fam.round_robin_ids(e, d)},
-                "greedy-balanced": {"placement": fam.greedy_balanced_ids(load_e, d, cap)}}
+        out = {}
+        if "placement" in names:
+            out.update({"contiguous": {"placement": fam.contiguous_ids(e, d)},
+                        "round-robin": {"placement": fam.round_robin_ids(e, d)},
+                        "greedy-balanced": {"placement": fam.greedy_balanced_ids(load_e, d,
+                                                                                 cap)}})
+        if "alpha" in names:
+            out.update({f"grid alpha={a:g}": {"alpha": a} for a in zeroth.WAFER_ALPHA_GRID})
+            out["never (alpha = 1e9)"] = {"alpha": 1e9}
+        return out
 
     def options(hard):  # the wafer policy's explicit placement: one device id per expert
-        return {"placement": [int(x) for x in hard["placement"]]}
+        out = {}
+        if "placement" in hard:
+            out["placement"] = [int(x) for x in hard["placement"]]
+        if "alpha" in hard:
+            out["alpha"] = float(hard["alpha"])
+        return out
 
-    return Setup(system, base, {"placement": fam.Placement(e, d, cap)}, apply,
-                 {"placement": np.asarray(base.placement).argmax(-1)}, baselines, options)
+    return Setup(system, base, families, apply, {k: defaults[k] for k in names}, baselines,
+                 options)
 
 
 TARGETS: dict[str, Target] = {
     "ep": Target("ep", ("placement",), _ep_setup),
     "fsedp": Target("fsedp", ("num_microslices", "theta_min", "slack", "weight_buffer_bytes",
                               "ddr_Bps", "link_Bps"), _fsedp_setup),
-    "wafer": Target("wafer", ("placement",), _wafer_setup),
+    "wafer": Target("wafer", ("placement", "alpha"), _wafer_setup),
 }
 
 

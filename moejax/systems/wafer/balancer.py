@@ -122,12 +122,16 @@ def eq2_trigger(device_load, since_migration, alpha, beta):
     return (layer_imbalance(device_load).sum() > alpha) & (since_migration > beta)
 
 
-def eq2_gate(device_load, since_migration, alpha, beta, tau=0.0):
+def eq2_gate(device_load, since_migration, alpha, beta, tau=0.0, tau_since=None):
     """001 Eq. 2 as a gate in [0, 1] for tuning alpha (moejax.tune): relax.step of both
-    comparisons, multiplied; equals `eq2_trigger` (as float) at tau = 0. A step that blends
-    the re-planned and the current shadow slots with it (relax.where) gives alpha a
-    gradient; the wafer step still uses the boolean `eq2_trigger`."""
+    comparisons, multiplied; equals `eq2_trigger` (as float) at tau = 0.
+
+    tau_since: temperature of the dt_mig > beta comparison (None: tau). The wafer step
+    passes 0: dt_mig counts iterations, and a sigmoid at dt_mig = beta (0 right after a
+    migration, beta = 0 when non-invasive) stays 1/2 for every tau, so relaxed would not
+    tend to hard as tau -> 0."""
     from moejax import relax
 
+    tau_since = tau if tau_since is None else tau_since
     return (relax.step(layer_imbalance(device_load).sum() - alpha, tau)
-            * relax.step(jnp.asarray(since_migration) - beta, tau))
+            * relax.step(jnp.asarray(since_migration) - beta, tau_since))

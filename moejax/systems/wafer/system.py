@@ -689,7 +689,9 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         native = params.placement.astype(jnp.float32)
         host = jnp.clip(native[None] + state.shadow, 0.0, 1.0)  # [L, E, D]
         ids, mask, counts = tr.expert_ids[t], tr.token_mask[t], tr.counts[t]
-        # host = clip(native + shadow) is 0/1 when the params are (plans add 0/1 replicas)
+        # host = clip(native + shadow) is 0/1 when the params are (plans add 0/1 replicas);
+        # a relaxed trigger (tau > 0) leaves soft shadows, but `binary` only selects the
+        # fast expert path in hard mode (`expert_times`)
         binary = is_binary(params.placement) & is_binary(params.shadow)
         out = jax.vmap(lambda h, i, c: layer(cfg, params, h, i, mask, c, binary))(host, ids,
                                                                                    counts)
@@ -702,15 +704,20 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
                             counts)
         idle = state.pending_left <= 0  # no non-invasive migration still in flight
         if cfg.balancer == "none" or cfg.shadow_slots == 0:
-            trigger = jnp.asarray(False)
-            plan_shadow = state.shadow
+            trigger = jnp.float32(0.0)
+            planned = plan_shadow = state.shadow
         else:
-            trigger = bal.eq2_trigger(dev_load, state.since_migration, params.alpha,
-                                      params.beta) & (real > 0) & idle
-            planned = jax.vmap(lambda ld: bal.plan(ld, native, cfg.shadow_slots, hops,
-                                                   cfg.balancer))(history)
-            plan_shadow = jnp.where(trigger, jnp.clip(planned - native[None], 0.0, 1.0),
-                                    state.shadow)
+            # 001 Eq. 2 as a gate g in [0, 1] (1[trigger] at tau = 0; the imbalance
+            # comparison a sigmoid of width tau for tau > 0, so alpha has a gradient; the
+            # iteration counters are compared hard). Every decision below is the blend
+            # g * (re-plan) + (1 - g) * (keep), which is the boolean path at g in {0, 1}.
+            trigger = (bal.eq2_gate(dev_load, state.since_migration, params.alpha,
+                                    params.beta, params.tau, tau_since=0.0)
+                       * (real > 0) * idle)
+            planned = jnp.clip(jax.vmap(lambda ld: bal.plan(
+                ld, native, cfg.shadow_slots, hops, cfg.balancer))(history) - native[None],
+                0.0, 1.0)  # [L, E, D] shadow slots of a new plan
+            plan_shadow = trigger * planned + (1.0 - trigger) * state.shadow
         # the trace's layers sample the model's sparse layers: each of those layers migrates
         layer_scale = m.num_sparse_layers / host.shape[0]
         if cfg.balancer == "none" or cfg.shadow_slots == 0:  # statically nothing to move
@@ -718,7 +725,7 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
             mig = jnp.zeros((d, d))
             mig_busy, mig_lat, need = jnp.float32(0.0), jnp.float32(0.0), jnp.zeros(lk)
         else:
-            copies = jnp.clip(plan_shadow - host, 0.0, 1.0) * trigger  # replicas that move
+            copies = jnp.clip(planned - host, 0.0, 1.0) * trigger  # replicas that move
             mig = migration_traffic(cfg, native, copies) * layer_scale
             mig_busy, mig_lat, need = phase_parts(mig, cfg.topo)
         a2a_loads = out["a2a_link_bytes"].mean(0)
@@ -736,8 +743,8 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
             mig_s = jnp.float32(0.0)
             delay = ni_delay_iterations(cfg, need, ar_loads, out["ar_busy_s"].mean(),
                                         a2a_loads, out["a2a_busy_s"].mean())
-            pending = jnp.where(trigger, plan_shadow, state.pending)
-            left = jnp.where(trigger, delay, state.pending_left) - 1.0
+            pending = trigger * planned + (1.0 - trigger) * state.pending
+            left = trigger * delay + (1.0 - trigger) * state.pending_left - 1.0
             new_shadow = jnp.where(left <= 0, pending, state.shadow)
         att_only = out["attention_phase_s"].mean()
         forward = (out["layer_s"].mean() * m.num_sparse_layers
@@ -762,7 +769,7 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         new = state.replace(
             shadow=jnp.where(real > 0, new_shadow, state.shadow),
             history=jnp.where(real > 0, history, state.history),
-            since_migration=jnp.where(trigger, 0.0, state.since_migration + 1.0),
+            since_migration=(1.0 - trigger) * (state.since_migration + 1.0),
             pending=jnp.where(real > 0, pending, state.pending),
             pending_left=jnp.where(real > 0, left, state.pending_left),
             sums=sums,
