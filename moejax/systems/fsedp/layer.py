@@ -325,14 +325,18 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
         pend = (st.status == PENDING)[None, :]
         left_e = jnp.maximum(w - st.pre_bytes.sum(0), 0.0)  # [E] bytes not yet on chip
         cand = pend & member & (left_e[None, :] > 0)  # [D, E]
-        key = jnp.where(cand, pos[None, :], jnp.iinfo(jnp.int32).max)
-        tgt = (cand & (key == key.min(1, keepdims=True))).astype(jnp.float32)  # [D, E]
-        n_tgt = jnp.maximum(tgt.sum(0), 1.0)  # dies pre-loading the same expert share it
-        want = (tgt * (left_e / n_tgt)[None, :]).sum(1)  # [D]
+        first = jnp.min(jnp.where(cand, pos[None, :], e_n), axis=1)  # [D]
+        has_tgt = first < e_n
+        tgt = by_pos[jnp.minimum(first, e_n - 1)]  # [D] the expert each die pre-loads
+        # dies pre-loading the same expert share its remaining bytes
+        n_tgt = ((tgt[:, None] == tgt[None, :]) & has_tgt[None, :]).sum(1)
+        want = jnp.where(has_tgt, left_e[tgt] / jnp.maximum(n_tgt, 1).astype(jnp.float32),
+                         0.0)  # [D]
         room = jnp.maximum(cap - reserve - occ, 0.0)
         left = jnp.maximum(1.0 - usage[:, DDR], 0.0) * ddr_Bps * dt
         add = jnp.maximum(jnp.minimum(jnp.minimum(left, want), room), 0.0)
-        pre = st.pre_bytes + tgt * add[:, None]
+        to_tgt = (jnp.arange(e_n)[None, :] == tgt[:, None]) & has_tgt[:, None]  # [D, E]
+        pre = st.pre_bytes + jnp.where(to_tgt, add[:, None], 0.0)
         busy = st.busy_s + usage * dt
         busy = busy.at[:, DDR].add(add / ddr_Bps)
         t_new = st.t_s + dt
