@@ -266,24 +266,24 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
         add = jnp.where(pend[None, :], slot_de - st.pre_bytes, 0.0)
         limit = cap * (1 + REL_TOL)
 
-        def one_round(_, c):
-            pend, idle, occ, started, occ_at = c
+        occ_at = jnp.zeros((d_n, e_n)) if cfg.rule5 else None
+        occ = occupancy(st)
+        starts = []  # position in E_sorted of the expert each round starts (-1: none)
+        # unrolled, D <= 16 rounds (a rolled loop under vmap cost ~40% of the layer on CPU)
+        for _ in range(d_n):
             fits = _over_dies(jnp.logical_and, occ[:, None] + add <= limit)
             ok = pend & _over_dies(jnp.logical_or, traj & idle[:, None]) & fits
             first = jnp.min(jnp.where(ok, pos, e_n))  # the first in Algorithm 1 order
             found = first < e_n
-            new = pend & (pos == first) & found  # one expert (pos is unique)
+            new = pos == jnp.where(found, first, -1)  # one expert (pos is unique)
             e_new = by_pos[jnp.minimum(first, e_n - 1)]  # its index: read its column only
             idle = idle & ~(traj[:, e_new] & found)
             if cfg.rule5:
                 occ_at = jnp.where(new[None, :], occ[:, None], occ_at)
             occ = occ + jnp.where(found, add[:, e_new], 0.0)
-            return pend & ~new, idle, occ, started | new, occ_at
-
-        occ_at = jnp.zeros((d_n, e_n)) if cfg.rule5 else None
-        c = (pend, idle, occupancy(st), jnp.zeros(e_n, bool), occ_at)
-        # unrolled: D <= 16 rounds; a rolled loop under vmap cost ~40% of the layer on CPU
-        _, _, _, started, occ_at = jax.lax.fori_loop(0, d_n, one_round, c, unroll=True)
+            pend = pend & ~new
+            starts.append(jnp.where(found, first, -1))
+        started = _over_dies(jnp.logical_or, jnp.stack([pos == f for f in starts]))
         return start(st, started, occ_at)
 
     def step(st, _):
