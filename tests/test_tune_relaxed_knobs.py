@@ -2,12 +2,16 @@
 trigger alpha (001 Eq. 2) through the gated wafer step, and AEP's decay delta (002 §3.4
 Algorithm 1) through Gaussian smoothing with an antithetic score-function estimator."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from moejax import api, engine
+from moejax.errors import ConfigError
+from moejax.policies import load_policy
 from moejax.systems.wafer import balancer as bal
 from moejax.systems.wafer import system as wsys
 from moejax.tune.traces import fixed_popularity, sample_from_popularity
@@ -51,12 +55,13 @@ def test_wafer_gated_step_at_tau_zero_is_the_boolean_path(invasive, kind):
     assert np.array_equal(np.asarray(never["forward_s"]), np.float32(fwd)) == (not invasive)
 
 
-def _forward_of_alpha(cfg, sysm, tr, tau):
+def _forward_of_alpha(cfg, sysm, tr, tau, tau_trigger=None):
     base = wsys.default_params(cfg, alpha=0.0, beta=0.0)
+    tau_trigger = tau if tau_trigger is None else tau_trigger
 
     @jax.jit
     def f(alpha):
-        p = base.replace(alpha=alpha, tau=jnp.float32(tau))
+        p = base.replace(alpha=alpha, tau=jnp.float32(tau), tau_trigger=jnp.float32(tau_trigger))
         return engine.simulate(sysm, p, tr)["forward_s"].mean() * 1e3  # ms
     return f
 
@@ -68,13 +73,14 @@ def test_wafer_relaxed_forward_time_gradient_in_alpha_matches_central_difference
     loads = engine.simulate(sysm, wsys.default_params(cfg, alpha=1e6), tr)["per_iteration"][
         "device_load"]  # [T, I, D]
     imb = 2.0 * float(np.median(np.asarray(bal.layer_imbalance(loads))))
-    f = _forward_of_alpha(cfg, sysm, tr, tau=0.5)
     a = jnp.float32(imb)
-    g = float(jax.grad(f)(a))
-    h = 0.02
-    fd = (float(f(a + h)) - float(f(a - h))) / (2 * h)
-    assert abs(g) > 1e-4, g  # alpha reaches the forward time
-    np.testing.assert_allclose(g, fd, rtol=0.05)
+    for tau, tau_trigger in ((0.5, 0.5), (0.0, 0.5)):  # relaxed layer, or hard layer + gate
+        f = _forward_of_alpha(cfg, sysm, tr, tau, tau_trigger)
+        g = float(jax.grad(f)(a))
+        h = 0.02
+        fd = (float(f(a + h)) - float(f(a - h))) / (2 * h)
+        assert abs(g) > 1e-4, g  # alpha reaches the forward time
+        np.testing.assert_allclose(g, fd, rtol=0.05)
 
 
 def test_wafer_relaxed_forward_time_tends_to_hard_as_tau_falls():
@@ -84,3 +90,118 @@ def test_wafer_relaxed_forward_time_tends_to_hard_as_tau_falls():
     errs = [abs(float(_forward_of_alpha(cfg, sysm, tr, t)(alpha)) - hard) / hard
             for t in (1.0, 0.1, 1e-2, 1e-4)]
     assert all(a > b for a, b in zip(errs, errs[1:], strict=False)) and errs[-1] < 1e-3, errs
+
+
+# --- AEP decay: Gaussian smoothing, antithetic score-function gradient ---------------------
+
+
+def _smoothed_by_quadrature(f_grid, grid, x, sigma):
+    """F_sigma(x) = E f(clip(x + sigma eps, 0, 1)) for f piecewise constant on [0, 1],
+    f = f_grid[i] on [grid[i], grid[i + 1]) (and f_grid[-1] at 1), by the normal cdf."""
+    from scipy.stats import norm
+
+    edges = np.concatenate([[-np.inf], grid[1:], [np.inf]])  # clip: f(0) below, f(1) above
+    vals = np.concatenate([f_grid[:-1], [f_grid[-1]]])
+    return float(np.sum(vals * np.diff(norm.cdf((edges - x) / sigma))))
+
+
+def test_antithetic_estimator_mean_is_the_derivative_of_the_smoothed_step_function():
+    from moejax.tune import smoothed
+
+    # f = a staircase on [0, 1] (piecewise constant, as AEP's metrics are in delta)
+    grid = np.array([0.0, 0.3, 0.55, 0.8])
+    f_grid = np.array([2.0, 1.0, 1.5, 0.25])
+
+    def f_many(xs):
+        xs = np.clip(np.asarray(xs), 0.0, 1.0)
+        return f_grid[np.searchsorted(grid, xs, side="right") - 1]
+
+    for x, sigma in ((0.35, 0.1), (0.7, 0.2), (0.95, 0.1)):
+        h = 1e-4
+        fd = (_smoothed_by_quadrature(f_grid, grid, x + h, sigma)
+              - _smoothed_by_quadrature(f_grid, grid, x - h, sigma)) / (2 * h)
+        eps = np.asarray(jax.random.normal(jax.random.key(int(x * 100)), (20000,)))
+        value, g, se = smoothed.antithetic_gradient(f_many, x, sigma, eps)
+        # unbiased (Stein's identity): the mean of 20000 pairs is within 4 standard errors
+        # of the exact derivative (a false failure has probability ~6e-5 per check)
+        assert abs(g - fd) < 4 * se and se < 0.1 * abs(fd), (x, g, fd, se)
+        assert abs(value - _smoothed_by_quadrature(f_grid, grid, x, sigma)) < 0.01
+    # sigma -> 0: the smoothed value is the hard one away from the steps
+    for x in (0.1, 0.42, 0.9):
+        assert abs(_smoothed_by_quadrature(f_grid, grid, x, 1e-4) - f_many([x])[0]) < 1e-9
+        v, _, _ = smoothed.antithetic_gradient(f_many, x, 1e-4, np.linspace(-3, 3, 8))
+        assert v == f_many([x])[0]
+    with pytest.raises(ConfigError, match="sigma"):
+        smoothed.antithetic_gradient(f_many, 0.5, 0.0, eps)
+
+
+def _tiny_aep_cfg(**kw):
+    from moejax.tune import TuneConfig
+
+    base = dict(system="aep", hardware="a100x8-nvswitch", model="mixtral-8x7b",
+                policy="aep-defrag", params=("decay",), relaxation="smoothed",
+                loss="throughput", init="default", steps=3, traces=1, batch=1, eval_traces=1,
+                requests=2, rate_per_s=400.0, samples=2, lr=0.3, warmup=1, tau_start=0.2,
+                tau_end=0.05, every=2, keep=2)
+    return TuneConfig(**{**base, **kw})
+
+
+def test_aep_estimator_agrees_with_the_smoothed_hard_objective():
+    from moejax.systems.amoe import runner
+    from moejax.tune import smoothed
+
+    prob = smoothed.aep_problem(_tiny_aep_cfg())
+    # the batched runner is the runner: same metrics, one decay at a time
+    one = runner.run_streams(prob.system, prob.base.replace(decay=jnp.float32(0.0)),
+                             prob.train, prob.sim_key)
+    np.testing.assert_array_equal(prob.metrics([0.0])["throughput_tok_s"],
+                                  np.asarray(one["throughput_tok_s"]).mean(keepdims=True))
+    # f on a grid, refined where it changes: a piecewise-constant model of the hard objective
+    coarse = np.linspace(0.0, 1.0, 6)
+    fc = prob.loss(coarse)
+    steps = np.flatnonzero(np.diff(fc))
+    assert steps.size > 0  # delta changes the hard result on this config
+    fine = np.unique(np.concatenate([coarse] + [np.linspace(coarse[i], coarse[i + 1], 9)
+                                                for i in steps]))
+    ff = prob.loss(fine)
+    sigma = 0.2
+    x = float(fine[np.argmax(np.abs(np.diff(ff)))])  # at the largest step: F' is not ~0
+    h = 1e-4
+    fd = (_smoothed_by_quadrature(ff, fine, x + h, sigma)
+          - _smoothed_by_quadrature(ff, fine, x - h, sigma)) / (2 * h)
+    # the model locates each step of f to within the fine spacing dx; moving a step of
+    # height dv by dx moves F' by at most dv * dx * max|phi'| / sigma^2 (max|phi'| = 0.242)
+    model_err = np.abs(np.diff(ff)).sum() * np.diff(fine).max() * 0.242 / sigma ** 2
+    eps = np.asarray(jax.random.normal(jax.random.key(5), (12,)))
+    _, g, se = smoothed.antithetic_gradient(prob.loss, x, sigma, eps)
+    assert abs(fd) > model_err  # the check can fail
+    assert abs(g - fd) < 4 * se + model_err, (g, fd, se, model_err)
+    # sigma -> 0 on the real simulator: every pair lands on the hard value
+    v, g0, _ = smoothed.antithetic_gradient(prob.loss, 0.5, 1e-6, eps[:2])
+    assert v == float(prob.loss([0.5])[0]) and g0 == 0.0
+
+
+def test_aep_smoothed_run_keeps_its_objective_and_its_range(tmp_path):
+    from moejax.tune import loop, params, smoothed
+
+    cfg = _tiny_aep_cfg()
+    res = loop.tune(cfg, tmp_path / "a", progress=False)
+    assert 0.0 <= res.hard["decay"] <= 1.0 and len(res.history) == 3
+    s = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert s["train_loss_hard"]["tuned"] <= s["train_loss_hard"]["start"]
+    assert set(s["evaluation"]) == {"tuned", "default"}
+    # restore gives the same hard value; the export is a valid aep policy with that decay
+    _, back = loop.restore(tmp_path / "a")
+    assert back.hard == res.hard and back.step == 3
+    pol = smoothed.write_policy(tmp_path / "p.toml", cfg, res.hard, 3)
+    assert dict(load_policy(str(pol)).options)["decay"] == pytest.approx(res.hard["decay"])
+    # outside [0, 1]: a clear error
+    knob = params.SmoothedKnob("decay", 0.0, 1.0)
+    with pytest.raises(ConfigError, match=r"decay = 1.5 lies outside .*\[0, 1\]"):
+        knob.init(None, 1.5)
+    with pytest.raises(ConfigError, match="relaxation = 'smoothed'"):
+        loop.tune(_tiny_aep_cfg(relaxation="system"), tmp_path / "b", progress=False)
+    with pytest.raises(ConfigError, match="only aep"):
+        _tiny_aep_cfg(system="ep")
+    with pytest.raises(ConfigError, match="allowed for aep: decay"):
+        smoothed.aep_problem(_tiny_aep_cfg(params=("alpha",)))

@@ -18,7 +18,8 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u.add_argument("--model", default="qwen3-30b-a3b")
     u.add_argument("--policy", default="", help="base policy (default: the system's own)")
     u.add_argument("--param", default="placement",
-                   help="comma-separated parameter names (ep, wafer: placement; fsedp: "
+                   help="comma-separated parameter names (ep: placement; wafer: placement, alpha; "
+                   "aep: decay; fsedp: "
                    "num_microslices, theta_min, slack, and the hardware knobs "
                    "weight_buffer_bytes, ddr_Bps, link_Bps)")
     u.add_argument("--steps", type=positive_int, default=200)
@@ -39,17 +40,26 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u.add_argument("--sim-tau-scale", type=float, default=1.0)
     u.add_argument("--gumbel", type=float, default=0.0,
                    help="Gumbel-Sinkhorn noise on placement logits while training (0: off)")
-    u.add_argument("--loss", default="mean", help="mean | p99 | throughput")
+    u.add_argument("--loss", default="mean",
+                   help="mean | p99 | throughput | forward (wafer: iteration time with "
+                   "migration stalls)")
     u.add_argument("--init", default="random", help="random | default | greedy")
     u.add_argument("--relaxation", default="expected",
                    help="expected | system | lattice (integer knobs: hard runs at the "
-                   "integer neighbours)")
+                   "integer neighbours) | smoothed (aep decay: Gaussian smoothing, "
+                   "antithetic score-function gradient)")
     u.add_argument("--capacity", type=int, default=0, help="experts per device (0: E/D)")
     u.add_argument("--budget", default="",
                    help="fsedp hardware params: 000 Eq. (1)-(2) coefficients, name=value,... "
                    "(area_limit_mm2, power_limit_w, sram_mm2_per_MiB, ucie_module_Bps, "
                    "ucie_module_mm2, compute_mm2, compute_w, d2d_pj_per_bit, ddr_pj_per_bit, "
                    "penalty_weight; defaults: moejax/tune/hardware.py)")
+    u.add_argument("--requests", type=positive_int, default=16,
+                   help="aep: requests per stream (--traces / --eval-traces: streams)")
+    u.add_argument("--rate-per-s", type=float, default=200.0, help="aep: Poisson arrival rate")
+    u.add_argument("--workload", default="medium", help="aep: 002 §5 workload")
+    u.add_argument("--samples", type=positive_int, default=2,
+                   help="aep (relaxation smoothed): antithetic pairs per update")
     u.add_argument("--every", type=positive_int, default=50, help="checkpoint every N steps")
     u.add_argument("--keep", type=positive_int, default=3, help="checkpoints kept")
     u.add_argument("--out", required=True, help="checkpoint folder, e.g. checkpoints/NAME")
@@ -75,7 +85,8 @@ def config_from_args(cls, args):
                sim_tau_scale=args.sim_tau_scale, gumbel=args.gumbel, loss=args.loss,
                every=args.every,
                keep=args.keep, init=args.init, relaxation=args.relaxation,
-               capacity=args.capacity, budget=args.budget)
+               capacity=args.capacity, budget=args.budget, requests=args.requests,
+               rate_per_s=args.rate_per_s, workload=args.workload, samples=args.samples)
 
 
 def finish(args, cfg, res) -> int:
@@ -83,16 +94,22 @@ def finish(args, cfg, res) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    if cfg.relaxation == "smoothed":
+        return _finish_smoothed(args, cfg, res)
     t = Table(title=f"{cfg.system} {', '.join(cfg.params)} on {cfg.hardware}, {cfg.model}: "
                     f"held-out, hard mode ({cfg.eval_traces} traces)")
     budget = any("budget" in s for s in res.evaluation.values())
+    fwd = any("forward_ms_mean" in s for s in res.evaluation.values())
     cols = ("values", "latency mean ms", "p99 ms", "max/mean device load")
+    cols += ("forward ms / iteration", "migrations") if fwd else ()
     for c in cols + (("mm^2 / die, W, within 000 Eq. (1)-(2)",) if budget else ()):
         t.add_column(c, justify="right")
     for name, s in res.evaluation.items():
         ratio = s.get("max_load_ratio_mean")
         row = [name, f"{s['latency_ms']['mean']:.5g}", f"{s['latency_ms']['p99']:.5g}",
                "" if ratio is None else f"{ratio:.3f}"]
+        if fwd:
+            row += [f"{s['forward_ms_mean']:.5g}", f"{s['migrations_mean']:.5g}"]
         if budget:
             b = s["budget"]
             row.append(f"{b['area_mm2']:.4g}, {b['power_w']:.4g}, "
@@ -109,4 +126,26 @@ def finish(args, cfg, res) -> int:
         print(f"wrote policy {path}")
         if args.export_hardware:
             print(f"wrote platform {args.export_hardware}")
+    return 0
+
+
+def _finish_smoothed(args, cfg, res) -> int:
+    """aep decay: held-out throughput / ITL / TTFT table; export the tuned policy."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"aep decay on {cfg.hardware}, {cfg.model}: held-out, hard mode "
+                    f"({cfg.eval_traces} streams x {cfg.requests} requests)")
+    for c in ("decay", "tok/s", "mean ITL ms", "mean TTFT ms"):
+        t.add_column(c, justify="right")
+    for name, m in res.evaluation.items():
+        t.add_row(name, f"{m['throughput_tok_s']:.5g}", f"{m['itl_mean_s'] * 1e3:.4g}",
+                  f"{m['ttft_mean_s'] * 1e3:.4g}")
+    Console().print(t)
+    print(f"tuned decay {res.hard['decay']:.4f}; checkpoints in {args.out} (step {res.step})")
+    if args.export:
+        from moejax.tune import smoothed
+
+        path = smoothed.write_policy(args.export, cfg, res.hard, res.step)
+        print(f"wrote policy {path}")
     return 0

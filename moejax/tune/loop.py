@@ -32,8 +32,8 @@ from moejax.tune import targets
 from moejax.tune.params import IntegerKnob, Placement
 from moejax.tune.traces import fixed_popularity, sample_from_popularity
 
-LOSSES = ("mean", "p99", "throughput")
-RELAXATIONS = ("expected", "system", "lattice")
+LOSSES = ("mean", "p99", "throughput", "forward")
+RELAXATIONS = ("expected", "system", "lattice", "smoothed")
 INITS = ("default", "greedy", "random")
 
 
@@ -74,6 +74,13 @@ class TuneConfig:
     # fsedp hardware params: overrides of the 000 Eq. (1)-(2) coefficients, "name=value,..."
     # (moejax.tune.hardware.ChipletBudget; "" = its defaults)
     budget: str = ""
+    # aep (relaxation 'smoothed', moejax.tune.smoothed): request streams of `requests`
+    # Poisson arrivals at `rate_per_s` of a 002 §5 `workload` (traces / eval_traces: number
+    # of training / held-out streams), and antithetic pairs per update
+    requests: int = 16
+    rate_per_s: float = 200.0
+    workload: str = "medium"
+    samples: int = 2
 
     def __post_init__(self):
         if self.loss not in LOSSES:
@@ -84,7 +91,7 @@ class TuneConfig:
         if self.init not in INITS:
             raise ConfigError(f"init = {self.init!r}; allowed: {', '.join(INITS)}")
         for k in ("steps", "traces", "batch", "eval_traces", "tokens", "iterations", "layers",
-                  "every", "keep"):
+                  "every", "keep", "requests", "samples"):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{k} = {v!r}; allowed: an integer >= 1")
@@ -96,6 +103,11 @@ class TuneConfig:
             raise ConfigError("lr, clip > 0 and 0 < tau_end <= tau_start required; got "
                               f"lr={self.lr}, clip={self.clip}, tau_start={self.tau_start}, "
                               f"tau_end={self.tau_end}")
+        if self.relaxation == "smoothed" and self.system != "aep":
+            raise ConfigError(f"relaxation = 'smoothed' with system = {self.system!r}: only "
+                              "aep (a discrete-event simulation) is tuned by smoothing")
+        if not self.rate_per_s > 0:
+            raise ConfigError(f"rate_per_s = {self.rate_per_s!r}; allowed: > 0")
         object.__setattr__(self, "params", tuple(self.params))
         if self.budget:
             from moejax.tune.hardware import ChipletBudget
@@ -167,10 +179,14 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
         train = sample_from_popularity(pop, k_train, num_traces=cfg.traces, **kw)
         heldout = sample_from_popularity(pop, k_eval, num_traces=cfg.eval_traces, **kw)
         load_e = np.asarray(train.counts.mean(axis=(0, 1, 2)))
+    return Problem(cfg, setup, train, heldout, load_e, make_optimizer(cfg), s.policy)
+
+
+def make_optimizer(cfg: TuneConfig) -> optax.GradientTransformation:
+    """Global-norm clipping, then adam with a warm-up + cosine learning-rate schedule."""
     sched = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, min(cfg.warmup, cfg.steps),
                                                max(cfg.steps, cfg.warmup + 1), cfg.lr * 0.05)
-    opt = optax.chain(optax.clip_by_global_norm(cfg.clip), optax.adam(sched))
-    return Problem(cfg, setup, train, heldout, load_e, opt, s.policy)
+    return optax.chain(optax.clip_by_global_norm(cfg.clip), optax.adam(sched))
 
 
 def initial_raw(prob: Problem) -> dict:
@@ -203,9 +219,12 @@ def hard_values(prob: Problem, raw: dict) -> dict:
 
 
 def reduce_loss(kind: str, out: dict):
-    """Scalar loss from per-trace metrics: ms of latency, or -k tokens/s."""
+    """Scalar loss from per-trace metrics: ms of latency, -k tokens/s, or ms of forward time
+    per iteration ('forward': the wafer system's, migration stalls included)."""
     if kind == "mean":
         return out["latency_s"].mean() * 1e3
+    if kind == "forward":
+        return out["forward_s"].mean() * 1e3
     if kind == "p99":
         return jnp.quantile(out["latency_s"], 0.99) * 1e3
     return -out["tokens_per_s"].mean() / 1e3
@@ -221,8 +240,8 @@ def make_objective(prob: Problem):
         if bad:
             raise ConfigError(f"relaxation = 'lattice' interpolates integer knobs only; "
                               f"{', '.join(bad)} is not one (use relaxation = 'system')")
-    if expected and kind == "throughput":
-        raise ConfigError("loss = 'throughput' needs relaxation = 'system' (the expected "
+    if expected and kind in ("throughput", "forward"):
+        raise ConfigError(f"loss = {kind!r} needs relaxation = 'system' (the expected "
                           "form gives MoE-layer latency only)")
 
     def objective(raw, traces, tau, key=None):
@@ -238,6 +257,9 @@ def make_objective(prob: Problem):
             out = lattice_metrics(setup, values, traces)
         else:
             params = setup.apply(setup.base, values, sim_tau)
+            if setup.family_tau_field is not None:  # e.g. the wafer Eq. 2 gate
+                params = params.replace(**{setup.family_tau_field: jnp.asarray(tau,
+                                                                            jnp.float32)})
             keys = jax.random.split(jax.random.key(0), engine.batch_size(traces))
             out = jax.vmap(lambda tr, k: engine.run_one(setup.system, params, tr, k))(
                 traces, keys)
@@ -316,8 +338,18 @@ def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bo
 
     callback(step, loss) is called after each update (a test may raise from it to
     interrupt the run). Without `resume`, a folder that already holds checkpoints is an
-    error (nothing is overwritten).
+    error (nothing is overwritten). relaxation = 'smoothed' (aep) runs
+    `moejax.tune.smoothed.tune_smoothed` (same checkpoints, schedule and optimizer).
     """
+    if cfg.system == "aep" and cfg.relaxation != "smoothed":
+        raise ConfigError(f"relaxation = {cfg.relaxation!r} with system = 'aep': aep (a "
+                          "discrete-event simulation, decay acts through an argmax) is tuned "
+                          "with relaxation = 'smoothed' (Gaussian smoothing)")
+    if cfg.relaxation == "smoothed":
+        from moejax.tune.smoothed import tune_smoothed
+
+        return tune_smoothed(cfg, out, resume=resume, progress=progress, callback=callback,
+                             evaluate_heldout=evaluate_heldout)
     prob = build_problem(cfg)
     raw = initial_raw(prob)
     opt_state = prob.optimizer.init(raw)
@@ -363,6 +395,17 @@ def restore(out: str | Path, step: int | None = None) -> tuple[Problem, TuneResu
     if latest is None:
         raise CheckpointError(f"{out}: holds no checkpoint")
     cfg = TuneConfig.from_spec(mgr.read_meta(latest)["run"])
+    if cfg.relaxation == "smoothed":  # aep: an AEPProblem (moejax.tune.smoothed)
+        from moejax.tune.smoothed import aep_problem
+
+        prob = aep_problem(cfg)
+        raw0 = {"decay": prob.family.init(None)}
+        saved, meta, got = mgr.restore(ck.flatten_state(raw0, prob.optimizer.init(raw0)),
+                                       latest)
+        raw, _ = ck.unflatten_state(saved, prob.optimizer.init(raw0))
+        mgr.close()
+        return prob, TuneResult(raw, {"decay": prob.family.hard(raw["decay"])},
+                                list(meta.get("history", [])), {}, got)
     prob = build_problem(cfg, traces=False)
     raw0 = initial_raw(prob)
     saved, meta, got = mgr.restore(ck.flatten_state(raw0, prob.optimizer.init(raw0)), latest)
@@ -383,6 +426,9 @@ def evaluate_values(prob: Problem, hard: dict, traces=None) -> dict:
     out = engine.simulate(setup.system, params, traces)
     res = {"latency_s": np.asarray(out["latency_s"]),
            "tokens_per_s": np.asarray(out["tokens_per_s"])}
+    if "migrations" in out:  # wafer: iteration time with migration stalls, copies moved
+        res["forward_s"] = np.asarray(out["forward_s"])
+        res["migrations"] = np.asarray(out["migrations"])
     if "placement" in hard:
         place = np.eye(setup.families["placement"].num_devices)[np.asarray(hard["placement"])]
         load = np.asarray(traces.counts) @ place  # [T, I, L, D]
@@ -397,6 +443,9 @@ def summarize(res: dict) -> dict:
          "tokens_per_s_mean": float(res["tokens_per_s"].mean())}
     if "max_load_ratio" in res:
         s["max_load_ratio_mean"] = float(res["max_load_ratio"].mean())
+    if "forward_s" in res:
+        s["forward_ms_mean"] = float(res["forward_s"].mean() * 1e3)
+        s["migrations_mean"] = float(res["migrations"].mean())
     return s
 
 

@@ -13,7 +13,9 @@ dataclasses (hashable, so a jitted loss can close over them):
 - `Threshold`: raw scalar; value lo + (hi - lo) sigmoid(raw) in both modes; the system's
   comparisons against it go through `gate` (a sigmoid for tau > 0, exact at 0).
 - `LogKnob`: raw scalar; a positive quantity lo (hi / lo)^sigmoid(raw) (a bandwidth, a
-  buffer size) in both modes; hard = that value in float32.
+  buffer size, the wafer Eq. 2 alpha) in both modes; hard = that value in float32.
+- `SmoothedKnob`: raw scalar; a value in [lo, hi] whose effect is piecewise constant (AEP's
+  decay); relaxed by Gaussian smoothing of the objective (`moejax.tune.smoothed`).
 
 Integer knobs are read by a system through `interpolate` (relax.round: a fractional count
 is the linear interpolation between its floor and ceiling); thresholds through `gate`
@@ -211,6 +213,53 @@ class Threshold:
 
     def hard(self, raw, tau=0.0) -> float:
         return float(self.relaxed(raw, tau))
+
+    def penalty(self, value) -> jax.Array:
+        return jnp.float32(0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class SmoothedKnob:
+    """A real knob in [lo, hi] whose effect on the metrics is piecewise constant (it acts
+    only through a discrete-event simulation's argmax: AEP's decay delta, 002 §3.4).
+
+    Raw scalar, value lo + (hi - lo) sigmoid(raw) in both modes (always inside the range).
+    Nothing in the simulation is relaxed: the relaxation is Gaussian smoothing of the
+    objective over the value (`moejax.tune.smoothed`, sigma in the role of tau). A start or
+    a hard value outside [lo, hi] is a ConfigError.
+    """
+
+    name: str
+    lo: float
+    hi: float
+
+    def __post_init__(self):
+        if not self.lo < self.hi:
+            raise ConfigError(f"{self.name}: need lo < hi, got lo = {self.lo}, hi = {self.hi}")
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return float(self.lo), float(self.hi)
+
+    def check(self, v) -> float:
+        v = float(v)
+        if not self.lo <= v <= self.hi:
+            raise ConfigError(f"{self.name} = {v:.6g} lies outside its allowed range "
+                              f"[{self.lo:.6g}, {self.hi:.6g}]")
+        return v
+
+    def init(self, key, start=None) -> jax.Array:
+        """Raw scalar; `start` (in [lo, hi]) maps to its preimage, None to the middle."""
+        del key
+        v = (self.lo + self.hi) / 2 if start is None else self.check(start)
+        u = np.clip((v - self.lo) / (self.hi - self.lo), 1e-3, 1 - 1e-3)
+        return jnp.float32(np.log(u / (1 - u)))
+
+    def relaxed(self, raw, tau) -> jax.Array:
+        return self.lo + (self.hi - self.lo) * jax.nn.sigmoid(raw)
+
+    def hard(self, raw, tau=0.0) -> float:
+        return self.check(np.float32(self.relaxed(raw, tau)))
 
     def penalty(self, value) -> jax.Array:
         return jnp.float32(0.0)

@@ -41,6 +41,8 @@ class Setup:
       summaries (`moejax.tune.hardware.BudgetConstraint`, 000 Eq. (1)-(2)).
     platform_text(hard, header) -> TOML text of a derived platform, or None when the policy
       alone carries the tuned values (hardware knobs a policy has no key for).
+    family_tau_field: a params field that takes the family temperature while tuning (the
+      wafer Eq. 2 gate, `tau_trigger`), when the system's `tau` is the system temperature.
     """
 
     system: System
@@ -53,6 +55,7 @@ class Setup:
     expected: Callable | None = None
     constraint: object | None = None
     platform_text: Callable | None = None
+    family_tau_field: str | None = None
 
     def as_values(self, hard: dict) -> dict:
         """Hard values as the arrays `apply` takes."""
@@ -272,11 +275,13 @@ def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
     (`WaferParams.placement`, one-hot rows), at most `capacity` experts per device (default
     ceil(E / D)); the system's own relaxation reads a soft row as a split expert. And the
     NI-Balancer trigger alpha of 001 Eq. 2 (`WaferParams.alpha`, a positive `LogKnob` in
-    WAFER_ALPHA_RANGE): at tau > 0 the step's trigger is the gate `balancer.eq2_gate` and
-    every balancer decision blends re-plan and keep with it (`system.build`), so the relaxed
-    forward time (migration stalls included: use loss = 'forward') is differentiable in
-    alpha. Export writes the policy's `placement` list and `alpha`. Baselines for alpha:
-    the hard grid `zeroth.WAFER_ALPHA_GRID` and 'never balance' (alpha = 1e9)."""
+    WAFER_ALPHA_RANGE): the step's trigger is the gate `balancer.eq2_gate` at the family
+    temperature (`WaferParams.tau_trigger`) and every balancer decision blends re-plan and
+    keep with it (`system.build`), so the relaxed forward time (migration stalls included:
+    use loss = 'forward') is differentiable in alpha; the layer runs at the system
+    temperature (`--sim-tau-scale` times the family's). Export writes the policy's
+    `placement` list and `alpha`. Baselines for alpha: the hard grid
+    `zeroth.WAFER_ALPHA_GRID` and 'never balance' (alpha = 1e9)."""
     from moejax.systems.wafer import system as wsys
     from moejax.tune import zeroth
 
@@ -315,7 +320,7 @@ def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
         return out
 
     return Setup(system, base, families, apply, {k: defaults[k] for k in names}, baselines,
-                 options)
+                 options, family_tau_field="tau_trigger" if "alpha" in names else None)
 
 
 TARGETS: dict[str, Target] = {

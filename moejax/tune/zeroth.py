@@ -1,21 +1,20 @@
-"""Gradient-free tuning of knobs that have no relaxed path: a hard-mode grid search on
-training workloads, judged on held-out ones.
+"""Gradient-free tuning: a hard-mode grid search on training workloads, judged on held-out
+ones; the exhaustive reference for the gradient paths of the same knobs.
 
-Not gradient descent, and named so. Used where the simulation cannot be relaxed:
+Not gradient descent, and named so. The knobs it covers, and what else exists for them:
 
-- AEP (002 §3.4 Algorithm 1) defragging-scheduler decay delta (`AEPParams.decay`): AMoE is
-  a discrete-event simulation (one event = one GPU picking one mu-queue by an argmax over
-  scores, `schedulers.select`), run until every request stream is done
-  (`runner.run_streams`, a host loop over fixed-length chunks). The decay enters only
-  through that argmax, so the metrics are piecewise constant in delta (zero gradient almost
-  everywhere), and a relaxed argmax would have to carry fractional queue pops through the
-  event clock, the token pool and the KV cache, none of which has a relaxed form. A grid
-  over delta costs one hard run per value and is exact.
-- Wafer-scale NI-Balancer trigger alpha (001 Eq. 2, `WaferParams.alpha`): the wafer step
-  reads the trigger as a boolean (`&` with the idle / real-iteration flags, `jnp.where`
-  over shadow plans and migration timers), so alpha has no gradient path until that step
-  blends the plans with `relax.step` (docs/tuning.md, "Hooks"). Its hard effect is also
-  piecewise constant (it changes which iterations re-plan).
+- AEP (002 §3.4 Algorithm 1) defragging-scheduler decay delta (`AEPParams.decay`): the
+  discrete-event simulation reads delta only through an argmax over mu-queue scores
+  (`schedulers.select`), so the metrics are piecewise constant in delta. The gradient path
+  is `moejax tune --system aep --relaxation smoothed` (`moejax.tune.smoothed`: Gaussian
+  smoothing of this same hard objective, antithetic score-function gradient). A grid costs
+  one hard run per value and is exact.
+- Wafer-scale NI-Balancer trigger alpha (001 Eq. 2, `WaferParams.alpha`): the gradient path
+  is `moejax tune --system wafer --param alpha --relaxation system` (the wafer step blends
+  its balancer decisions with `balancer.eq2_gate`); its hard effect is piecewise constant
+  (it changes which iterations re-plan), which this grid measures exactly.
+- Wafer shadow-slot count (001 §V-B/C, static `WaferConfig.shadow_slots`, a scan length):
+  no relaxed path (one System per value); `tune_wafer_alpha(slots=...)` grids it jointly.
 
 `grid_search` evaluates `objective(value)` (a scalar, lower is better) at every grid
 point and returns them all; the callers below pick the best on training workloads and then

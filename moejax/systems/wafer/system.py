@@ -152,6 +152,10 @@ class WaferParams:
     alpha: Eq. 2 imbalance threshold (summed over the trace's layers), dimensionless.
     beta: Eq. 2 minimum iterations between migrations (0 for non-invasive).
     tau: relaxation temperature (0 = exact), in units of one expert's weight-load time.
+    tau_trigger: temperature of the Eq. 2 gate (0 = the boolean trigger), in units of the
+      summed layer imbalance; separate from `tau` so alpha can be tuned through a gate of
+      useful width while the layer timings stay (nearly) hard (moejax.tune: the family
+      temperature, `tau` the system's).
     """
 
     placement: jax.Array
@@ -159,6 +163,7 @@ class WaferParams:
     alpha: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
     beta: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
     tau: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
+    tau_trigger: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
 
 
 def default_params(cfg: WaferConfig, *, alpha: float = 0.0, beta: float = 0.0) -> WaferParams:
@@ -707,12 +712,12 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
             trigger = jnp.float32(0.0)
             planned = plan_shadow = state.shadow
         else:
-            # 001 Eq. 2 as a gate g in [0, 1] (1[trigger] at tau = 0; the imbalance
-            # comparison a sigmoid of width tau for tau > 0, so alpha has a gradient; the
+            # 001 Eq. 2 as a gate g in [0, 1] (1[trigger] at tau_trigger = 0; the imbalance
+            # comparison a sigmoid of width tau_trigger > 0, so alpha has a gradient; the
             # iteration counters are compared hard). Every decision below is the blend
             # g * (re-plan) + (1 - g) * (keep), which is the boolean path at g in {0, 1}.
             trigger = (bal.eq2_gate(dev_load, state.since_migration, params.alpha,
-                                    params.beta, params.tau, tau_since=0.0)
+                                    params.beta, params.tau_trigger, tau_since=0.0)
                        * (real > 0) * idle)
             planned = jnp.clip(jax.vmap(lambda ld: bal.plan(
                 ld, native, cfg.shadow_slots, hops, cfg.balancer))(history) - native[None],

@@ -1,0 +1,279 @@
+"""Gaussian smoothing: a relaxed path for knobs whose hard effect is piecewise constant.
+
+AEP's defragging decay delta (002 §3.4 Algorithm 1, `AEPParams.decay`) enters the AMoE
+discrete-event simulation only through the argmax that picks a mu-queue
+(`schedulers.select`), and the run is driven to completion by a host loop
+(`runner.run_streams`): every metric f(delta) is piecewise constant (zero gradient almost
+everywhere) and has no autodiff path. Its relaxation here is the Gaussian-smoothed
+objective
+
+    F_sigma(delta) = E_{eps ~ N(0, 1)} f(clip(delta + sigma * eps, lo, hi)),
+
+smooth in delta for sigma > 0 and equal to f(delta) at sigma = 0 (at every delta where f is
+continuous; sigma plays the role of tau, annealed by `loop.tau_at`). Its gradient is
+estimated by the antithetic score-function (evolution-strategies) estimator
+
+    dF/ddelta ~= 1 / (2 sigma P) sum_i [f(delta + sigma eps_i) - f(delta - sigma eps_i)] eps_i,
+
+unbiased for any measurable f (Stein's identity, d/dmu E h(mu + sigma eps) =
+E[h(mu + sigma eps) eps] / sigma, applied to h = f o clip), with common random numbers:
+the eps of step s are drawn from a key fixed by (seed, s), and every evaluation runs the
+same training request streams with the same simulation key, so f(delta + sigma eps) -
+f(delta - sigma eps) carries no stream-to-stream noise. Each f is one hard-mode run.
+The raw parameter is unconstrained (`params.SmoothedKnob`: delta = lo + (hi - lo)
+sigmoid(raw)); the chain rule through the sigmoid gives the raw gradient, which goes to
+the same optax chain (global-norm clipping, adam with warm-up + cosine schedule), orbax
+checkpoints and resume as `loop.tune`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from moejax.errors import CheckpointError, ConfigError
+from moejax.tune import checkpoint as ck
+from moejax.tune import params as fam
+
+AEP_METRICS = ("throughput_tok_s", "itl_mean_s", "ttft_mean_s")
+AEP_DECAY_RANGE = (0.0, 1.0)  # the aep policy's allowed delta (002 Algorithm 1 weights)
+
+
+def antithetic_gradient(f_many, x: float, sigma: float, eps) -> tuple[float, float, float]:
+    """(estimate of F_sigma(x), of dF_sigma/dx, and the standard error of the latter) from
+    the pairs x +- sigma eps_i.
+
+    f_many: host function, values [n] -> objective [n] (hard simulations, batched);
+    eps [P] standard normals."""
+    eps = np.asarray(eps, np.float64)
+    if not sigma > 0:
+        raise ConfigError(f"sigma = {sigma}; allowed: > 0")
+    f = np.asarray(f_many(np.concatenate([x + sigma * eps, x - sigma * eps])), np.float64)
+    fp, fm = f[:eps.shape[0]], f[eps.shape[0]:]
+    terms = (fp - fm) * eps / (2 * sigma)  # one unbiased estimate per pair
+    se = float(terms.std(ddof=1) / np.sqrt(len(terms))) if len(terms) > 1 else float("nan")
+    return float(np.mean(fp + fm) / 2), float(terms.mean()), se
+
+
+def step_eps(seed: int, step: int, samples: int) -> np.ndarray:
+    """Standard normals [samples] of update `step` (common random numbers: fixed per step)."""
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 4), step)
+    return np.asarray(jax.random.normal(key, (samples,)), np.float64)
+
+
+# --- AEP (002): many decays in one vectorized run -----------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_many(system, chunk_steps: int):
+    """`amoe.runner`'s chunked event loop, vmapped over params as well as streams."""
+    def chunk_one(params, state):
+        def body(st, t):
+            new, _ = system.step(params, st, t)
+            done = system.is_done(st)
+            return jax.tree_util.tree_map(lambda n, o: jnp.where(done, o, n), new, st), None
+
+        state, _ = jax.lax.scan(body, state, jnp.arange(chunk_steps, dtype=jnp.int32))
+        return state, system.is_done(state)
+
+    init = jax.jit(jax.vmap(system.init))
+    chunk = jax.jit(jax.vmap(chunk_one), donate_argnums=1)
+    finish = jax.jit(jax.vmap(lambda p, s: system.finish(p, s, None)))
+    return init, chunk, finish
+
+
+def run_decays(system, base, decays, streams, key, *, group: int = 8, **kw) -> dict:
+    """AEP metrics [P, S] of every decay [P] on every stream [S]: vmapped runs of `group`
+    decays at a time (the last group padded), so every call reuses one compiled loop.
+
+    Stream s uses `jax.random.split(key, S)[s]` whatever the decay, as
+    `runner.run_streams(system, base.replace(decay=d), streams, key)` does for one decay."""
+    decays = np.asarray(decays, np.float32).reshape(-1)
+    n = decays.shape[0]
+    padded = np.concatenate([decays, np.full(-n % group, decays[-1], np.float32)])
+    outs = [_run_group(system, base, padded[i:i + group], streams, key, **kw)
+            for i in range(0, padded.shape[0], group)]
+    return {k: np.concatenate([o[k] for o in outs])[:n] for k in AEP_METRICS}
+
+
+def _run_group(system, base, decays, streams, key, *, chunk_steps: int = 2048,
+               max_steps: int = 50_000_000) -> dict:
+    n_p = decays.shape[0]
+    n_s = int(np.shape(streams.arrival_s)[0])
+    tile = lambda x: jnp.concatenate([x] * n_p)  # noqa: E731  [P * S, ...]
+    params = base.replace(decay=jnp.asarray(np.repeat(decays, n_s)))
+    init, chunk, finish = _compiled_many(system, int(chunk_steps))
+    state = init(params, jax.tree_util.tree_map(tile, streams), tile(jax.random.split(key, n_s)))
+    steps = 0
+    while True:
+        state, done = chunk(params, state)
+        steps += chunk_steps
+        if bool(np.all(np.asarray(done))):
+            break
+        if steps >= max_steps:
+            raise ConfigError(f"aep: streams not done after max_steps = {max_steps} events")
+    out = finish(params, state)
+    return {k: np.asarray(out[k]).reshape(n_p, n_s) for k in AEP_METRICS}
+
+
+# --- AEP (002): the problem ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(eq=False)
+class AEPProblem:
+    """Built AEP run: the system, its base params, training / held-out request streams
+    (the same draws as `zeroth.tune_aep_decay` for the same seed and sizes), the family."""
+
+    cfg: object  # loop.TuneConfig
+    system: object
+    base: object
+    policy: object
+    train: object
+    heldout: object
+    sim_key: object
+    family: fam.SmoothedKnob
+    optimizer: optax.GradientTransformation
+
+    def metrics(self, decays, streams=None) -> dict:
+        """Hard-mode metrics [P] (mean over streams; train by default) of decays [P]."""
+        streams = self.train if streams is None else streams
+        out = run_decays(self.system, self.base, decays, streams, self.sim_key)
+        return {k: v.mean(1) for k, v in out.items()}
+
+    def loss(self, decays, streams=None) -> np.ndarray:
+        """Training loss [P] at decays [P] (clipped to the allowed range): -k tok/s
+        ('throughput') or ms of mean ITL ('mean'); the hard objective the smoothing relaxes."""
+        m = self.metrics(np.clip(np.asarray(decays, np.float64), *self.family.bounds), streams)
+        if self.cfg.loss == "throughput":
+            return -m["throughput_tok_s"] / 1e3
+        return m["itl_mean_s"] * 1e3
+
+
+def aep_problem(cfg) -> AEPProblem:
+    """Resolve the AEP policy and draw the streams of a TuneConfig (system = 'aep')."""
+    from moejax.systems.amoe import serve
+    from moejax.tune.loop import make_optimizer
+
+    if tuple(cfg.params) != ("decay",):
+        raise ConfigError(f"param = {','.join(cfg.params)}; allowed for aep: decay")
+    if cfg.loss not in ("throughput", "mean"):
+        raise ConfigError(f"loss = {cfg.loss!r}; allowed for aep: throughput (tokens/s), "
+                          "mean (mean inter-token latency)")
+    system, base, pol = serve.build(cfg.hardware, cfg.model, cfg.policy or "aep-defrag",
+                                    cfg.requests)
+    if pol.system != "aep" or dict(pol.options).get("scheduler", "defrag") != "defrag":
+        raise ConfigError(f"policy {pol.name!r}: decay tuning needs an 'aep' policy with "
+                          "scheduler = 'defrag' (Algorithm 1)")
+    k_train, k_eval, k_sim = jax.random.split(jax.random.key(cfg.seed), 3)
+    kw = dict(num_requests=cfg.requests, rate_per_s=cfg.rate_per_s, workload=cfg.workload)
+    train = serve.streams(k_train, num_streams=cfg.traces, **kw)
+    heldout = serve.streams(k_eval, num_streams=cfg.eval_traces, **kw)
+    family = fam.SmoothedKnob("decay", *AEP_DECAY_RANGE)
+    return AEPProblem(cfg, system, base, pol, train, heldout, k_sim, family,
+                      make_optimizer(cfg))
+
+
+# --- the loop ------------------------------------------------------------------------------
+
+
+def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool = True,
+                  callback=None, evaluate_heldout: bool = True):
+    """`loop.tune` for relaxation = 'smoothed' (AEP decay): each update draws `samples`
+    antithetic pairs at sigma = tau_at(step), estimates dF/ddelta, maps it to raw, and
+    applies the optax chain; checkpoints and resume as in `loop.tune`."""
+    from moejax.tune.loop import TuneResult, _bar, tau_at
+
+    prob = aep_problem(cfg)
+    f = prob.family
+    default = float(prob.base.decay)
+    start = default if cfg.init == "default" else None
+    if cfg.init == "greedy":
+        raise ConfigError("init = 'greedy' has no meaning for decay; allowed: default, random")
+    raw = {"decay": f.init(None, start)}
+    opt_state = prob.optimizer.init(raw)
+    mgr = ck.Checkpoints(out, every=cfg.every, keep=cfg.keep)
+    step, history = 0, []
+    if mgr.latest_step() is not None:
+        if not resume:
+            raise CheckpointError(f"{out}: already holds checkpoints (step "
+                                  f"{mgr.latest_step()}); pass --resume or another --out")
+        saved, meta, step = mgr.restore(ck.flatten_state(raw, opt_state))
+        from moejax.tune.loop import TuneConfig
+
+        saved_spec = TuneConfig.from_spec(meta.get("run", {})).spec()
+        ck.check_same_run({"run": saved_spec}, cfg.spec(), str(out))
+        raw, opt_state = ck.unflatten_state(saved, opt_state)
+        history = list(meta.get("history", []))[:step]
+    dvalue = jax.jit(jax.grad(lambda r: f.relaxed(r, 0.0)))
+    apply = jax.jit(lambda g, s, r: _apply(prob.optimizer, g, s, r))
+    with _bar(progress, cfg.steps, step) as advance:
+        while step < cfg.steps:
+            sigma = float(tau_at(cfg, step))
+            delta = float(f.relaxed(raw["decay"], sigma))
+            value, g_delta, _ = antithetic_gradient(prob.loss, delta, sigma,
+                                                    step_eps(cfg.seed, step, cfg.samples))
+            grads = {"decay": jnp.float32(g_delta) * dvalue(raw["decay"])}
+            raw, opt_state = apply(grads, opt_state, raw)
+            step += 1
+            history.append(value)
+            if step % cfg.every == 0 or step == cfg.steps:
+                mgr.save(step, ck.flatten_state(raw, opt_state),
+                         {"run": cfg.spec(), "history": history}, force=True)
+            advance(value, sigma, abs(float(grads["decay"])))
+            if callback is not None:
+                callback(step, value)
+    mgr.close()
+    hard = {"decay": f.hard(raw["decay"])}
+    evaluation = {}
+    if evaluate_heldout:
+        from moejax.results import atomic_write_json
+
+        evaluation = evaluate_aep(prob, hard["decay"], default)
+        atomic_write_json(Path(out) / "summary.json",
+                          {"run": cfg.spec(), "step": step, "final_loss": history[-1],
+                           "tuned": hard["decay"], "default": default,
+                           "train_loss_hard": dict(zip(("start", "tuned"), prob.loss(
+                               [f.hard(f.init(None, start)), hard["decay"]]).tolist(),
+                               strict=True)),
+                           "evaluation": evaluation})
+    return TuneResult(raw, hard, history, evaluation, step)
+
+
+def _apply(opt, grads, opt_state, raw):
+    updates, opt_state = opt.update(grads, opt_state, raw)
+    return optax.apply_updates(raw, updates), opt_state
+
+
+def evaluate_aep(prob: AEPProblem, tuned: float, default: float) -> dict:
+    """Hard-mode held-out metrics of the tuned and the default decay."""
+    m = prob.metrics([tuned, default], prob.heldout)
+    return {name: {k: float(v[i]) for k, v in m.items()}
+            for i, name in enumerate(("tuned", "default"))}
+
+
+def write_policy(path: str | Path, cfg, hard: dict, step: int) -> Path:
+    """The base aep policy with the tuned `decay`, as a policy TOML (atomic)."""
+    from moejax.policies import load_policy
+    from moejax.results import atomic_write_text
+    from moejax.tune import export
+
+    path = Path(path)
+    if path.suffix != ".toml":
+        raise ConfigError(f"export: {path} must end in .toml")
+    base = load_policy(cfg.policy or "aep-defrag")
+    run = cfg.spec()
+    text = export.policy_text(base, {"decay": fam.SmoothedKnob("decay", *AEP_DECAY_RANGE)
+                                     .check(hard["decay"])}, run, step)
+    head = (f"# Tuned by `moejax tune` (relaxation 'smoothed': Gaussian smoothing, antithetic "
+            f"score-function gradient): decay of policy {base.name!r},\n# {cfg.steps} steps "
+            f"on {cfg.traces} streams x {cfg.requests} requests, Poisson {cfg.rate_per_s}/s, "
+            f"{cfg.workload} workload, seed {cfg.seed}, loss {cfg.loss}; checkpoint step "
+            f"{step}.\n")
+    atomic_write_text(path, head + "\n".join(text.split("\n")[2:]))
+    return path
