@@ -2,6 +2,7 @@
 trigger alpha (001 Eq. 2) through the gated wafer step, and AEP's decay delta (002 §3.4
 Algorithm 1) through Gaussian smoothing with an antithetic score-function estimator."""
 
+import dataclasses
 import json
 
 import jax
@@ -205,3 +206,35 @@ def test_aep_smoothed_run_keeps_its_objective_and_its_range(tmp_path):
         _tiny_aep_cfg(system="ep")
     with pytest.raises(ConfigError, match="allowed for aep: decay"):
         smoothed.aep_problem(_tiny_aep_cfg(params=("alpha",)))
+
+
+# --- wafer shadow-slot count: a lattice over separately built systems ----------------------
+
+
+def test_wafer_shadow_slot_lattice_interpolates_separate_builds():
+    from moejax.tune import loop
+
+    cfg = loop.TuneConfig(system="wafer", hardware="wsc-4x4", model="phi-3.5-moe",
+                          policy="checkpoints/wafer-alpha-qwen3-wsc-4x4/er-mapping-invasive.toml",
+                          params=("shadow_slots",), relaxation="lattice", loss="forward",
+                          steps=2, traces=2, batch=2, eval_traces=2, tokens=32, iterations=3,
+                          layers=1)
+    prob = loop.build_problem(cfg)
+    setup, f = prob.setup, prob.setup.families["shadow_slots"]
+    assert len(setup.variants) == f.hi - f.lo + 1
+
+    @jax.jit
+    @jax.value_and_grad
+    def ms(x):  # the lattice objective at a fractional slot count
+        return loop.lattice_metrics(setup, {"shadow_slots": x}, prob.train)[
+            "forward_s"].mean() * 1e3
+
+    (v1, _), (v15, g15), (v2, _) = (ms(jnp.float32(x)) for x in (1.0, 1.5, 2.0))
+    hard = [float(loop.evaluate_values(prob, {"shadow_slots": n}, prob.train)["forward_s"]
+                  .mean()) * 1e3 for n in (1, 2)]
+    assert hard[0] != hard[1]  # the slot count changes the result
+    np.testing.assert_allclose([float(v1), float(v2)], hard, rtol=1e-6)  # exact at integers
+    np.testing.assert_allclose(float(v15), (hard[0] + hard[1]) / 2, rtol=1e-6)
+    np.testing.assert_allclose(float(g15), hard[1] - hard[0], rtol=1e-4)  # = the difference
+    with pytest.raises(ConfigError, match="tuned alone"):
+        loop.build_problem(dataclasses.replace(cfg, params=("shadow_slots", "alpha")))

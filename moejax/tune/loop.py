@@ -283,6 +283,8 @@ def lattice_metrics(setup: targets.Setup, values: dict, traces) -> dict:
     the soft Algorithm 2 (relaxation 'system') defers fractions of requests that never
     remove an expert's weight load; its gradient misses the effect theta_min has in hard
     mode. Here the hard effect is measured, not relaxed."""
+    if setup.structural is not None:
+        return _structural_lattice(setup, values, traces)
     names = list(values)
     lo = {k: jax.lax.stop_gradient(jnp.floor(values[k])) for k in names}
     frac = {k: values[k] - lo[k] for k in names}
@@ -301,6 +303,27 @@ def lattice_metrics(setup: targets.Setup, values: dict, traces) -> dict:
         traces, keys), in_axes=(axes,))(stacked)
     return {m: jnp.tensordot(weights, jax.lax.stop_gradient(runs[m]), 1)
             for m in ("latency_s", "tokens_per_s")}
+
+
+def _structural_lattice(setup: targets.Setup, values: dict, traces) -> dict:
+    """`lattice_metrics` of a structural integer knob (one System per value,
+    `Setup.variants`): every variant runs in hard mode, and the value is the linear
+    interpolation between its floor and ceiling variants (constants of the gradient)."""
+    f = setup.families[setup.structural]
+    x = values[setup.structural]
+    lo = jax.lax.stop_gradient(jnp.clip(jnp.floor(x), f.lo, f.hi - 1))
+    w = x - lo
+    keys = jax.random.split(jax.random.key(0), engine.batch_size(traces))
+    runs = [jax.vmap(lambda tr, k, s=s, p=p: engine.run_one(s, p.replace(tau=jnp.float32(0.0)),
+                                                           tr, k))(traces, keys)
+            for s, p in setup.variants]
+    i = (lo - f.lo).astype(jnp.int32)
+    out = {}
+    for m in ("latency_s", "tokens_per_s", "forward_s"):
+        if m in runs[0]:
+            stack = jax.lax.stop_gradient(jnp.stack([r[m] for r in runs]))  # [K, T]
+            out[m] = (1.0 - w) * stack[i] + w * stack[i + 1]
+    return out
 
 
 @functools.lru_cache(maxsize=8)
@@ -422,8 +445,9 @@ def evaluate_values(prob: Problem, hard: dict, traces=None) -> dict:
     (s) and, for placements, the max / mean device load ratio per trace."""
     setup = prob.setup
     traces = prob.heldout if traces is None else traces
-    params = setup.apply(setup.base, setup.as_values(hard), jnp.float32(0.0))
-    out = engine.simulate(setup.system, params, traces)
+    system, base = setup.system_for(hard)
+    params = setup.apply(base, setup.as_values(hard), jnp.float32(0.0))
+    out = engine.simulate(system, params, traces)
     res = {"latency_s": np.asarray(out["latency_s"]),
            "tokens_per_s": np.asarray(out["tokens_per_s"])}
     if "migrations" in out:  # wafer: iteration time with migration stalls, copies moved

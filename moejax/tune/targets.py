@@ -56,6 +56,18 @@ class Setup:
     constraint: object | None = None
     platform_text: Callable | None = None
     family_tau_field: str | None = None
+    # a structural integer knob (the wafer shadow-slot count): its name and one (System,
+    # base params) per integer value lo..hi of its family, built separately
+    structural: str | None = None
+    variants: tuple = ()
+
+    def system_for(self, hard: dict):
+        """(System, base params) that evaluate hard values (the variant of a structural
+        knob's value, else the setup's own)."""
+        if self.structural is None or self.structural not in hard:
+            return self.system, self.base
+        f = self.families[self.structural]
+        return self.variants[int(hard[self.structural]) - f.lo]
 
     def as_values(self, hard: dict) -> dict:
         """Hard values as the arrays `apply` takes."""
@@ -268,6 +280,7 @@ def _fsedp_setup(platform, model, policy, num_iterations, names, capacity=0,
 
 
 WAFER_ALPHA_RANGE = (0.01, 64.0)  # Eq. 2 alpha (summed layer imbalance), log-space box
+WAFER_SLOTS_RANGE = (0, 4)  # shadow slots per device (001 §V-B/C; the grid's {0, 1, 2, 4})
 
 
 def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> Setup:
@@ -281,18 +294,37 @@ def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
     use loss = 'forward') is differentiable in alpha; the layer runs at the system
     temperature (`--sim-tau-scale` times the family's). Export writes the policy's
     `placement` list and `alpha`. Baselines for alpha: the hard grid
-    `zeroth.WAFER_ALPHA_GRID` and 'never balance' (alpha = 1e9)."""
+    `zeroth.WAFER_ALPHA_GRID` and 'never balance' (alpha = 1e9).
+
+    The shadow-slot count (001 §V-B/C, `WaferConfig.shadow_slots`, an `IntegerKnob` in
+    WAFER_SLOTS_RANGE) is structural (the balancer's scan length): one System per value is
+    built here (`Setup.variants`) and relaxation 'lattice' interpolates their hard runs
+    (`loop.lattice_metrics`); tuned alone."""
     from moejax.systems.wafer import system as wsys
     from moejax.tune import zeroth
 
     system, base = wsys.from_policy(platform, model, policy.options_table(), num_iterations)
     e, d = model.num_experts, platform.num_devices
     cap = capacity or -(-e // d)
-    every = {"placement": fam.Placement(e, d, cap), "alpha": fam.LogKnob("alpha",
-                                                                         *WAFER_ALPHA_RANGE)}
+    every = {"placement": fam.Placement(e, d, cap),
+             "alpha": fam.LogKnob("alpha", *WAFER_ALPHA_RANGE),
+             "shadow_slots": fam.IntegerKnob("shadow_slots", *WAFER_SLOTS_RANGE)}
     families = {k: every[k] for k in names}
+    opts, _ = wsys._read_options(policy.options_table())
     defaults = {"placement": np.asarray(base.placement).argmax(-1),
-                "alpha": float(base.alpha)}
+                "alpha": float(base.alpha), "shadow_slots": int(opts["shadow_slots"])}
+    variants = ()
+    if "shadow_slots" in names:  # static scan length: one System per slot count
+        if opts["balancer"] == "none":
+            raise ConfigError(f"param shadow_slots: policy {policy.name!r} has balancer = "
+                              "'none' (nothing fills the slots); use e.g. --policy er-mapping")
+        if len(names) > 1:
+            raise ConfigError("param shadow_slots (a lattice over separately built systems) "
+                              "is tuned alone; allowed: --param shadow_slots")
+        variants = tuple(wsys.from_policy(platform, model, dataclasses.replace(
+            policy, options=tuple(sorted({**dict(policy.options), "shadow_slots": n}.items()))
+        ).options_table(), num_iterations) for n in range(WAFER_SLOTS_RANGE[0],
+                                                          WAFER_SLOTS_RANGE[1] + 1))
 
     def apply(base, values, tau):
         return base.replace(placement=values.get("placement", base.placement),
@@ -309,6 +341,9 @@ def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
         if "alpha" in names:
             out.update({f"grid alpha={a:g}": {"alpha": a} for a in zeroth.WAFER_ALPHA_GRID})
             out["never (alpha = 1e9)"] = {"alpha": 1e9}
+        if "shadow_slots" in names:
+            out.update({f"grid shadow_slots={n}": {"shadow_slots": n}
+                        for n in range(WAFER_SLOTS_RANGE[0], WAFER_SLOTS_RANGE[1] + 1)})
         return out
 
     def options(hard):  # the wafer policy's explicit placement: one device id per expert
@@ -317,17 +352,20 @@ def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
             out["placement"] = [int(x) for x in hard["placement"]]
         if "alpha" in hard:
             out["alpha"] = float(hard["alpha"])
+        if "shadow_slots" in hard:
+            out["shadow_slots"] = int(hard["shadow_slots"])
         return out
 
     return Setup(system, base, families, apply, {k: defaults[k] for k in names}, baselines,
-                 options, family_tau_field="tau_trigger" if "alpha" in names else None)
+                 options, family_tau_field="tau_trigger" if "alpha" in names else None,
+                 structural="shadow_slots" if variants else None, variants=variants)
 
 
 TARGETS: dict[str, Target] = {
     "ep": Target("ep", ("placement",), _ep_setup),
     "fsedp": Target("fsedp", ("num_microslices", "theta_min", "slack", "weight_buffer_bytes",
                               "ddr_Bps", "link_Bps"), _fsedp_setup),
-    "wafer": Target("wafer", ("placement", "alpha"), _wafer_setup),
+    "wafer": Target("wafer", ("placement", "alpha", "shadow_slots"), _wafer_setup),
 }
 
 
