@@ -14,7 +14,9 @@ Not gradient descent, and named so. The knobs it covers, and what else exists fo
   its balancer decisions with `balancer.eq2_gate`); its hard effect is piecewise constant
   (it changes which iterations re-plan), which this grid measures exactly.
 - Wafer shadow-slot count (001 §V-B/C, static `WaferConfig.shadow_slots`, a scan length):
-  no relaxed path (one System per value); `tune_wafer_alpha(slots=...)` grids it jointly.
+  `moejax tune --system wafer --param shadow_slots --relaxation lattice` interpolates hard
+  runs of one System per count (alone); `tune_wafer_alpha(slots=...)` grids it jointly
+  with alpha.
 
 `grid_search` evaluates `objective(value)` (a scalar, lower is better) at every grid
 point and returns them all; the callers below pick the best on training workloads and then
