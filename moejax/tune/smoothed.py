@@ -29,7 +29,6 @@ checkpoints and resume as `loop.tune`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from pathlib import Path
 
 import jax
@@ -37,7 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from moejax.errors import CheckpointError, ConfigError
+from moejax.errors import CheckpointError, ConfigError, MoejaxError
+from moejax.systems.amoe import runner
 from moejax.tune import checkpoint as ck
 from moejax.tune import params as fam
 
@@ -70,24 +70,6 @@ def step_eps(seed: int, step: int, samples: int) -> np.ndarray:
 # --- AEP (002): many decays in one vectorized run -----------------------------------------
 
 
-@functools.lru_cache(maxsize=8)
-def _compiled_many(system, chunk_steps: int):
-    """`amoe.runner`'s chunked event loop, vmapped over params as well as streams."""
-    def chunk_one(params, state):
-        def body(st, t):
-            new, _ = system.step(params, st, t)
-            done = system.is_done(st)
-            return jax.tree_util.tree_map(lambda n, o: jnp.where(done, o, n), new, st), None
-
-        state, _ = jax.lax.scan(body, state, jnp.arange(chunk_steps, dtype=jnp.int32))
-        return state, system.is_done(state)
-
-    init = jax.jit(jax.vmap(system.init))
-    chunk = jax.jit(jax.vmap(chunk_one), donate_argnums=1)
-    finish = jax.jit(jax.vmap(lambda p, s: system.finish(p, s, None)))
-    return init, chunk, finish
-
-
 def run_decays(system, base, decays, streams, key, *, group: int = 8, **kw) -> dict:
     """AEP metrics [P, S] of every decay [P] on every stream [S]: vmapped runs of `group`
     decays at a time (the last group padded), so every call reuses one compiled loop.
@@ -108,17 +90,13 @@ def _run_group(system, base, decays, streams, key, *, chunk_steps: int = 2048,
     n_s = int(np.shape(streams.arrival_s)[0])
     tile = lambda x: jnp.concatenate([x] * n_p)  # noqa: E731  [P * S, ...]
     params = base.replace(decay=jnp.asarray(np.repeat(decays, n_s)))
-    init, chunk, finish = _compiled_many(system, int(chunk_steps))
-    state = init(params, jax.tree_util.tree_map(tile, streams), tile(jax.random.split(key, n_s)))
-    steps = 0
-    while True:
-        state, done = chunk(params, state)
-        steps += chunk_steps
-        if bool(np.all(np.asarray(done))):
-            break
-        if steps >= max_steps:
-            raise ConfigError(f"aep: streams not done after max_steps = {max_steps} events")
-    out = finish(params, state)
+    try:
+        out = runner.run_streams(system, params, jax.tree_util.tree_map(tile, streams),
+                                 keys=tile(jax.random.split(key, n_s)),
+                                 chunk_steps=chunk_steps, max_steps=max_steps,
+                                 params_batched=True)
+    except MoejaxError as err:
+        raise ConfigError(f"aep: {err}") from None
     return {k: np.asarray(out[k]).reshape(n_p, n_s) for k in AEP_METRICS}
 
 

@@ -18,7 +18,9 @@ from moejax.errors import MoejaxError
 
 
 @functools.lru_cache(maxsize=32)
-def _compiled(system: System, chunk_steps: int):
+def _compiled(system: System, chunk_steps: int, params_batched: bool = False):
+    p_ax = 0 if params_batched else None
+
     def chunk_one(params, state):
         def body(st, t):
             new, _ = system.step(params, st, t)
@@ -28,23 +30,26 @@ def _compiled(system: System, chunk_steps: int):
         state, _ = jax.lax.scan(body, state, jnp.arange(chunk_steps, dtype=jnp.int32))
         return state, system.is_done(state)
 
-    init = jax.jit(jax.vmap(system.init, in_axes=(None, 0, 0)))
-    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(None, 0)), donate_argnums=1)
-    finish = jax.jit(jax.vmap(lambda p, s: system.finish(p, s, None), in_axes=(None, 0)))
+    init = jax.jit(jax.vmap(system.init, in_axes=(p_ax, 0, 0)))
+    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(p_ax, 0)), donate_argnums=1)
+    finish = jax.jit(jax.vmap(lambda p, s: system.finish(p, s, None), in_axes=(p_ax, 0)))
     return init, chunk, finish
 
 
 def run_streams(system: System, params, streams, key=None, *, chunk_steps: int = 2048,
-                max_steps: int = 50_000_000, return_state: bool = False, keys=None):
+                max_steps: int = 50_000_000, return_state: bool = False, keys=None,
+                params_batched: bool = False):
     """Metrics with a leading `[T]` axis for `streams` (a RequestStream batch, leaves [T, R]).
 
-    Stream t uses `jax.random.split(key, T)[t]` (or `keys[t]` if given). Raises MoejaxError
-    if some stream is not done after `max_steps` events.
+    Stream t uses `jax.random.split(key, T)[t]` (or `keys[t]` if given). params_batched:
+    params leaves carry the same leading [T] axis (stream t runs with params[t], e.g. a
+    sweep over a scheduler knob). Raises MoejaxError if some stream is not done after
+    `max_steps` events.
     """
     key = jax.random.key(0) if key is None else key
     n = int(np.shape(streams.arrival_s)[0])
     keys = jax.random.split(key, n) if keys is None else keys
-    init, chunk, finish = _compiled(system, int(chunk_steps))
+    init, chunk, finish = _compiled(system, int(chunk_steps), bool(params_batched))
     state = init(params, streams, keys)
     steps = 0
     while True:
