@@ -355,6 +355,24 @@ class TuneResult:
     step: int
 
 
+def open_run(cfg: TuneConfig, out: str | Path, resume: bool, raw, opt_state):
+    """(checkpoint manager, step, loss history, raw, opt_state) to start run `cfg` from:
+    fresh, or restored from `out` under `resume`. A folder that already holds checkpoints
+    without `resume`, or one saved by a different run spec, is an error."""
+    mgr = ck.Checkpoints(out, every=cfg.every, keep=cfg.keep)
+    step, history = 0, []
+    if mgr.latest_step() is not None:
+        if not resume:
+            raise CheckpointError(f"{out}: already holds checkpoints (step "
+                                  f"{mgr.latest_step()}); pass --resume or another --out")
+        saved, meta, step = mgr.restore(ck.flatten_state(raw, opt_state))
+        saved_spec = TuneConfig.from_spec(meta.get("run", {})).spec()  # new fields: defaults
+        ck.check_same_run({"run": saved_spec}, cfg.spec(), str(out))
+        raw, opt_state = ck.unflatten_state(saved, opt_state)
+        history = list(meta.get("history", []))[:step]
+    return mgr, step, history, raw, opt_state
+
+
 def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bool = True,
          callback=None, evaluate_heldout: bool = True) -> TuneResult:
     """Run (or resume) a tuning run into checkpoint folder `out`; see the module docstring.
@@ -375,18 +393,8 @@ def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bo
                              evaluate_heldout=evaluate_heldout)
     prob = build_problem(cfg)
     raw = initial_raw(prob)
-    opt_state = prob.optimizer.init(raw)
-    mgr = ck.Checkpoints(out, every=cfg.every, keep=cfg.keep)
-    step, history = 0, []
-    if mgr.latest_step() is not None:
-        if not resume:
-            raise CheckpointError(f"{out}: already holds checkpoints (step "
-                                  f"{mgr.latest_step()}); pass --resume or another --out")
-        saved, meta, step = mgr.restore(ck.flatten_state(raw, opt_state))
-        saved_spec = TuneConfig.from_spec(meta.get("run", {})).spec()  # new fields: defaults
-        ck.check_same_run({"run": saved_spec}, cfg.spec(), str(out))
-        raw, opt_state = ck.unflatten_state(saved, opt_state)
-        history = list(meta.get("history", []))[:step]
+    mgr, step, history, raw, opt_state = open_run(cfg, out, resume, raw,
+                                                  prob.optimizer.init(raw))
     update = make_update(prob)
     with _bar(progress, cfg.steps, step) as advance:
         while step < cfg.steps:

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from moejax.errors import CheckpointError, ConfigError, MoejaxError
+from moejax.errors import ConfigError, MoejaxError
 from moejax.systems.amoe import runner
 from moejax.tune import checkpoint as ck
 from moejax.tune import params as fam
@@ -165,7 +165,7 @@ def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool 
     """`loop.tune` for relaxation = 'smoothed' (AEP decay): each update draws `samples`
     antithetic pairs at sigma = tau_at(step), estimates dF/ddelta, maps it to raw, and
     applies the optax chain; checkpoints and resume as in `loop.tune`."""
-    from moejax.tune.loop import TuneResult, _bar, tau_at
+    from moejax.tune.loop import TuneResult, _bar, open_run, tau_at
 
     prob = aep_problem(cfg)
     f = prob.family
@@ -174,20 +174,8 @@ def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool 
     if cfg.init == "greedy":
         raise ConfigError("init = 'greedy' has no meaning for decay; allowed: default, random")
     raw = {"decay": f.init(None, start)}
-    opt_state = prob.optimizer.init(raw)
-    mgr = ck.Checkpoints(out, every=cfg.every, keep=cfg.keep)
-    step, history = 0, []
-    if mgr.latest_step() is not None:
-        if not resume:
-            raise CheckpointError(f"{out}: already holds checkpoints (step "
-                                  f"{mgr.latest_step()}); pass --resume or another --out")
-        saved, meta, step = mgr.restore(ck.flatten_state(raw, opt_state))
-        from moejax.tune.loop import TuneConfig
-
-        saved_spec = TuneConfig.from_spec(meta.get("run", {})).spec()
-        ck.check_same_run({"run": saved_spec}, cfg.spec(), str(out))
-        raw, opt_state = ck.unflatten_state(saved, opt_state)
-        history = list(meta.get("history", []))[:step]
+    mgr, step, history, raw, opt_state = open_run(cfg, out, resume, raw,
+                                                  prob.optimizer.init(raw))
     dvalue = jax.jit(jax.grad(lambda r: f.relaxed(r, 0.0)))
     apply = jax.jit(lambda g, s, r: _apply(prob.optimizer, g, s, r))
     with _bar(progress, cfg.steps, step) as advance:
