@@ -219,23 +219,15 @@ class Threshold:
 
 
 @dataclasses.dataclass(frozen=True)
-class SmoothedKnob:
+class SmoothedKnob(Threshold):
     """A real knob in [lo, hi] whose effect on the metrics is piecewise constant (it acts
     only through a discrete-event simulation's argmax: AEP's decay delta, 002 §3.4).
 
-    Raw scalar, value lo + (hi - lo) sigmoid(raw) in both modes (always inside the range).
-    Nothing in the simulation is relaxed: the relaxation is Gaussian smoothing of the
-    objective over the value (`moejax.tune.smoothed`, sigma in the role of tau). A start or
-    a hard value outside [lo, hi] is a ConfigError.
+    Raw scalar, value lo + (hi - lo) sigmoid(raw) in both modes (always inside the range),
+    as `Threshold`. Nothing in the simulation is relaxed: the relaxation is Gaussian
+    smoothing of the objective over the value (`moejax.tune.smoothed`, sigma in the role of
+    tau). A start or a hard value outside [lo, hi] is a ConfigError.
     """
-
-    name: str
-    lo: float
-    hi: float
-
-    def __post_init__(self):
-        if not self.lo < self.hi:
-            raise ConfigError(f"{self.name}: need lo < hi, got lo = {self.lo}, hi = {self.hi}")
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -250,19 +242,10 @@ class SmoothedKnob:
 
     def init(self, key, start=None) -> jax.Array:
         """Raw scalar; `start` (in [lo, hi]) maps to its preimage, None to the middle."""
-        del key
-        v = (self.lo + self.hi) / 2 if start is None else self.check(start)
-        u = np.clip((v - self.lo) / (self.hi - self.lo), 1e-3, 1 - 1e-3)
-        return jnp.float32(np.log(u / (1 - u)))
-
-    def relaxed(self, raw, tau) -> jax.Array:
-        return self.lo + (self.hi - self.lo) * jax.nn.sigmoid(raw)
+        return super().init(key, None if start is None else self.check(start))
 
     def hard(self, raw, tau=0.0) -> float:
         return self.check(np.float32(self.relaxed(raw, tau)))
-
-    def penalty(self, value) -> jax.Array:
-        return jnp.float32(0.0)
 
 
 def gate(x, theta, tau):
