@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from moejax import relax
+
 BALANCERS = ("none", "greedy", "topology")
 
 
@@ -130,8 +132,6 @@ def eq2_gate(device_load, since_migration, alpha, beta, tau=0.0, tau_since=None)
     passes 0: dt_mig counts iterations, and a sigmoid at dt_mig = beta (0 right after a
     migration, beta = 0 when non-invasive) stays 1/2 for every tau, so relaxed would not
     tend to hard as tau -> 0."""
-    from moejax import relax
-
     tau_since = tau if tau_since is None else tau_since
     return (relax.step(layer_imbalance(device_load).sum() - alpha, tau)
             * relax.step(jnp.asarray(since_migration) - beta, tau_since))

@@ -545,7 +545,6 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
     c_busy, c_lat, c_loads = a2a["c_busy"], a2a["c_lat"], a2a["c_loads"]
     if cfg.expert_shards:  # 001 §VI-B5
         esp_loads, esp_busy, esp_lat = esp_ring(cfg, a2a["vol"], tau_s)
-    if cfg.expert_shards:
         tokens_ed = counts[:, None] * served
         t_dev, c_dev = expert_device_s(cfg, tokens_ed, tau_s, params.tau)
         dev_tokens = tokens_ed.sum(0)
@@ -708,9 +707,14 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
                             cfg.history_decay * state.history + (1 - cfg.history_decay) * counts,
                             counts)
         idle = state.pending_left <= 0  # no non-invasive migration still in flight
-        if cfg.balancer == "none" or cfg.shadow_slots == 0:
+        # the trace's layers sample the model's sparse layers: each of those layers migrates
+        layer_scale = m.num_sparse_layers / host.shape[0]
+        if cfg.balancer == "none" or cfg.shadow_slots == 0:  # statically nothing to move
             trigger = jnp.float32(0.0)
             planned = plan_shadow = state.shadow
+            copies = jnp.zeros_like(host)
+            mig = jnp.zeros((d, d))
+            mig_busy, mig_lat, need = jnp.float32(0.0), jnp.float32(0.0), jnp.zeros(lk)
         else:
             # 001 Eq. 2 as a gate g in [0, 1] (1[trigger] at tau_trigger = 0; the imbalance
             # comparison a sigmoid of width tau_trigger > 0, so alpha has a gradient; the
@@ -723,13 +727,6 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
                 ld, native, cfg.shadow_slots, hops, cfg.balancer))(history) - native[None],
                 0.0, 1.0)  # [L, E, D] shadow slots of a new plan
             plan_shadow = trigger * planned + (1.0 - trigger) * state.shadow
-        # the trace's layers sample the model's sparse layers: each of those layers migrates
-        layer_scale = m.num_sparse_layers / host.shape[0]
-        if cfg.balancer == "none" or cfg.shadow_slots == 0:  # statically nothing to move
-            copies = jnp.zeros_like(host)
-            mig = jnp.zeros((d, d))
-            mig_busy, mig_lat, need = jnp.float32(0.0), jnp.float32(0.0), jnp.zeros(lk)
-        else:
             copies = jnp.clip(planned - host, 0.0, 1.0) * trigger  # replicas that move
             mig = migration_traffic(cfg, native, copies) * layer_scale
             mig_busy, mig_lat, need = phase_parts(mig, cfg.topo)
