@@ -18,7 +18,8 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u.add_argument("--model", default="qwen3-30b-a3b")
     u.add_argument("--policy", default="", help="base policy (default: the system's own)")
     u.add_argument("--param", default="placement",
-                   help="comma-separated parameter names (ep: placement; wafer: placement, alpha; "
+                   help="comma-separated parameter names (ep: placement; wafer: placement, alpha, "
+                   "shadow_slots (alone, --relaxation lattice); "
                    "aep: decay; fsedp: "
                    "num_microslices, theta_min, slack, and the hardware knobs "
                    "weight_buffer_bytes, ddr_Bps, link_Bps)")

@@ -32,19 +32,33 @@ def _toml_value(v) -> str:
     raise ConfigError(f"export: cannot write {type(v).__name__} value {v!r} to TOML")
 
 
-def policy_text(base, overrides: dict, run: dict, step: int, description: str = "") -> str:
-    """TOML text of the tuned policy: `base` (a moejax.policies.Policy) with `overrides`."""
+def check_toml_path(path) -> Path:
+    """`path` as a Path; a ConfigError unless it ends in .toml."""
+    path = Path(path)
+    if path.suffix != ".toml":
+        raise ConfigError(f"export: {path} must end in .toml")
+    return path
+
+
+def policy_text(base, overrides: dict, run: dict, step: int, description: str = "",
+                header: str = "") -> str:
+    """TOML text of the tuned policy: `base` (a moejax.policies.Policy) with `overrides`.
+
+    header: the comment lines saying how the values were tuned (default: a gradient run on
+    traces, from `run`)."""
     options = dict(base.options)
     options.update(overrides)
     params = ", ".join(run.get("params", []))
     desc = description or (f"{base.system} tuned ({params}) for {run.get('model')} on "
                            f"{run.get('hardware')}")
-    lines = [
-        f"# Tuned by `moejax tune` (moejax.tune): {params} of policy {base.name!r},",
+    header = header or (
+        f"# Tuned by `moejax tune` (moejax.tune): {params} of policy {base.name!r},\n"
         f"# {run.get('steps')} steps on {run.get('traces')} traces of {run.get('trace_gen')}, "
         f"{run.get('tokens')} tokens x {run.get('iterations')} iterations x "
         f"{run.get('layers')} layers, seed {run.get('seed')}, loss {run.get('loss')}; "
-        f"checkpoint step {step}.",
+        f"checkpoint step {step}.")
+    lines = [
+        *header.rstrip("\n").split("\n"),
         f"system = {_toml_value(base.system)}",
         f"description = {_toml_value(desc)}",
         f"source = {_toml_value('moejax tune; base: ' + base.source)}",
@@ -61,10 +75,9 @@ def write_policy(path: str | Path, prob, hard: dict, step: int, description: str
 
     Tuned values that a policy has no key for (the fsedp DDR / D2D bandwidths) go to a
     platform TOML at `hardware_path` (`Setup.platform_text`), required then."""
-    path = Path(path)
-    for p in (path, hardware_path):
-        if p is not None and Path(p).suffix != ".toml":
-            raise ConfigError(f"export: {p} must end in .toml")
+    path = check_toml_path(path)
+    if hardware_path is not None:
+        check_toml_path(hardware_path)
     hw_text = None
     if prob.setup.platform_text is not None:
         run = prob.cfg.spec()

@@ -431,18 +431,15 @@ def restore(out: str | Path, step: int | None = None) -> tuple[Problem, TuneResu
 
         prob = aep_problem(cfg)
         raw0 = {"decay": prob.family.init(None)}
-        saved, meta, got = mgr.restore(ck.flatten_state(raw0, prob.optimizer.init(raw0)),
-                                       latest)
-        raw, _ = ck.unflatten_state(saved, prob.optimizer.init(raw0))
-        mgr.close()
-        return prob, TuneResult(raw, {"decay": prob.family.hard(raw["decay"])},
-                                list(meta.get("history", [])), {}, got)
-    prob = build_problem(cfg, traces=False)
-    raw0 = initial_raw(prob)
+    else:
+        prob = build_problem(cfg, traces=False)
+        raw0 = initial_raw(prob)
     saved, meta, got = mgr.restore(ck.flatten_state(raw0, prob.optimizer.init(raw0)), latest)
     raw, _ = ck.unflatten_state(saved, prob.optimizer.init(raw0))
     mgr.close()
-    return prob, TuneResult(raw, hard_values(prob, raw), list(meta.get("history", [])), {}, got)
+    hard = ({"decay": prob.family.hard(raw["decay"])} if cfg.relaxation == "smoothed"
+            else hard_values(prob, raw))
+    return prob, TuneResult(raw, hard, list(meta.get("history", [])), {}, got)
 
 
 # --- hard-mode evaluation ------------------------------------------------------------------

@@ -229,17 +229,14 @@ def write_policy(path: str | Path, cfg, hard: dict, step: int) -> Path:
     from moejax.results import atomic_write_text
     from moejax.tune import export
 
-    path = Path(path)
-    if path.suffix != ".toml":
-        raise ConfigError(f"export: {path} must end in .toml")
+    path = export.check_toml_path(path)
     base = load_policy(cfg.policy or "aep-defrag")
-    run = cfg.spec()
-    text = export.policy_text(base, {"decay": fam.SmoothedKnob("decay", *AEP_DECAY_RANGE)
-                                     .check(hard["decay"])}, run, step)
     head = (f"# Tuned by `moejax tune` (relaxation 'smoothed': Gaussian smoothing, antithetic "
             f"score-function gradient): decay of policy {base.name!r},\n# {cfg.steps} steps "
             f"on {cfg.traces} streams x {cfg.requests} requests, Poisson {cfg.rate_per_s}/s, "
             f"{cfg.workload} workload, seed {cfg.seed}, loss {cfg.loss}; checkpoint step "
             f"{step}.\n")
-    atomic_write_text(path, head + "\n".join(text.split("\n")[2:]))
+    decay = fam.SmoothedKnob("decay", *AEP_DECAY_RANGE).check(hard["decay"])
+    atomic_write_text(path, export.policy_text(base, {"decay": decay}, cfg.spec(), step,
+                                               header=head))
     return path
