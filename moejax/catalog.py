@@ -36,12 +36,13 @@ def catalog_files(kind: str) -> dict[str, Path]:
 
 def resolve(kind: str, name: str) -> Path:
     """The file for a catalog name (or a path given directly)."""
+    what = {"policies": "policy"}.get(kind, kind)  # "unknown policy 'x'"
     if name.endswith(".toml") or os.sep in name:
         p = Path(name)
         if not p.is_file():
-            raise UnknownNameError(f"{kind} file", name, catalog_files(kind))
+            raise UnknownNameError(f"{what} file", name, catalog_files(kind))
         return p
     files = catalog_files(kind)
     if name not in files:
-        raise UnknownNameError(kind, name, files)
+        raise UnknownNameError(what, name, files)
     return files[name]

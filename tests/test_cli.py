@@ -47,7 +47,7 @@ def test_simulate_on_one_platform_of_each_paper(tmp_path, hardware, model):
 @pytest.mark.parametrize("argv,needle", [
     (["simulate", "--hardware", "chiplet-9x9"], "unknown hardware 'chiplet-9x9'"),
     (["simulate", "--model", "gpt-5"], "unknown model 'gpt-5'"),
-    (["simulate", "--policy", "nope"], "unknown policies 'nope'"),
+    (["simulate", "--policy", "nope"], "unknown policy 'nope'"),
     (["simulate", "--trace-gen", "zipf:alpha=1"], "zipf"),
     (["simulate", "--trace-gen", "powerlaw:alpha=-1"], "alpha"),
     (["simulate", "--trace", "/nonexistent/t.npz"], "t.npz"),
