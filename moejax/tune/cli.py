@@ -16,7 +16,9 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u.add_argument("--system", default="ep", help="system key (tunable: ep, fsedp, wafer)")
     u.add_argument("--hardware", default="chiplet-2x2")
     u.add_argument("--model", default="qwen3-30b-a3b")
-    u.add_argument("--policy", default="", help="base policy (default: the system's own)")
+    u.add_argument("--policy", default="",
+                   help="base policy (default: ep, fsedp, ep-baseline-map for wafer, "
+                   "aep-defrag for aep)")
     u.add_argument("--param", default="placement",
                    help="comma-separated parameter names (ep: placement; wafer: placement, alpha, "
                    "shadow_slots (alone, --relaxation lattice); "

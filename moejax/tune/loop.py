@@ -158,7 +158,8 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
 
     if cfg.system not in targets.TARGETS:
         raise UnknownNameError("tunable system", cfg.system, targets.TARGETS)
-    s = api.resolve(cfg.hardware, cfg.model, cfg.policy or cfg.system)
+    s = api.resolve(cfg.hardware, cfg.model,
+                    cfg.policy or targets.DEFAULT_POLICY[cfg.system])
     if s.policy.system != cfg.system:
         raise ConfigError(f"policy {s.policy.name!r} is for system {s.policy.system!r}, "
                           f"not --system {cfg.system!r}")

@@ -40,6 +40,7 @@ from moejax.errors import ConfigError, MoejaxError
 from moejax.systems.amoe import runner
 from moejax.tune import checkpoint as ck
 from moejax.tune import params as fam
+from moejax.tune import targets
 
 AEP_METRICS = ("throughput_tok_s", "itl_mean_s", "ttft_mean_s")
 AEP_DECAY_RANGE = (0.0, 1.0)  # the aep policy's allowed delta (002 Algorithm 1 weights)
@@ -143,8 +144,8 @@ def aep_problem(cfg) -> AEPProblem:
     if cfg.loss not in ("throughput", "mean"):
         raise ConfigError(f"loss = {cfg.loss!r}; allowed for aep: throughput (tokens/s), "
                           "mean (mean inter-token latency)")
-    system, base, pol = serve.build(cfg.hardware, cfg.model, cfg.policy or "aep-defrag",
-                                    cfg.requests)
+    policy = cfg.policy or targets.DEFAULT_POLICY["aep"]
+    system, base, pol = serve.build(cfg.hardware, cfg.model, policy, cfg.requests)
     if pol.system != "aep" or dict(pol.options).get("scheduler", "defrag") != "defrag":
         raise ConfigError(f"policy {pol.name!r}: decay tuning needs an 'aep' policy with "
                           "scheduler = 'defrag' (Algorithm 1)")
@@ -230,7 +231,7 @@ def write_policy(path: str | Path, cfg, hard: dict, step: int) -> Path:
     from moejax.tune import export
 
     path = export.check_toml_path(path)
-    base = load_policy(cfg.policy or "aep-defrag")
+    base = load_policy(cfg.policy or targets.DEFAULT_POLICY["aep"])
     head = (f"# Tuned by `moejax tune` (relaxation 'smoothed': Gaussian smoothing, antithetic "
             f"score-function gradient): decay of policy {base.name!r},\n# {cfg.steps} steps "
             f"on {cfg.traces} streams x {cfg.requests} requests, Poisson {cfg.rate_per_s}/s, "

@@ -369,6 +369,11 @@ TARGETS: dict[str, Target] = {
 }
 
 
+# the base policy of `moejax tune --system S` when no --policy is given
+DEFAULT_POLICY = {"ep": "ep", "fsedp": "fsedp", "wafer": "ep-baseline-map",
+                  "aep": "aep-defrag"}
+
+
 def build_setup(policy, platform, model, num_iterations: int, names, capacity: int = 0,
                 budget=None):
     """The Setup of `policy`'s system; errors name unknown systems or parameters. `budget`:
