@@ -41,3 +41,16 @@ def test_vmap_with_unbatched_weights(data):
     got = jax.vmap(lambda k: bincount(k, weights[0, 0], 17))(keys[:, 0])
     np.testing.assert_allclose(got, _loop(keys[:, 0], np.broadcast_to(weights[0, 0], (3, 50)),
                                           17), rtol=1e-6)
+
+
+def test_mask_weights_give_exact_integer_counts(data):
+    keys, weights, _ = data
+    mask = weights > 0.5
+    ref = _loop(keys, mask.astype(float), 17)
+    got = jax.jit(jax.vmap(jax.vmap(lambda k, w: bincount(k, w, 17))))(keys, mask)
+    assert got.dtype == np.int16  # 50 keys per row: no bin can pass 2**15
+    np.testing.assert_array_equal(got, ref)
+    big = np.zeros(2**15, np.int32)  # a row this long could overflow int16: int32 counts
+    out = bincount(big, np.ones(2**15, bool), 3)
+    assert out.dtype == np.int32 and out[0] == 2**15
+    assert bincount(keys[0, 0], (keys[0, 0] > 5).astype(np.int8), 17).dtype == np.int32

@@ -140,9 +140,10 @@ def layer_demand(cfg: EPConfig, params: EPParams, expert_ids, token_mask, counts
         # [D, E] tokens each device sends to each expert: one histogram of the (token,
         # choice) pairs (padding has id -1 and mask False: it adds 0)
         owner = jnp.asarray(token_owner(cfg, expert_ids.shape[0]), jnp.int32)
-        flat = owner[:, None] * m.num_experts + jnp.maximum(expert_ids, 0)
-        w = (token_mask[:, None] & (expert_ids >= 0)).astype(jnp.float32)
-        src_e = ops.bincount(flat, w, d * m.num_experts).reshape(d, m.num_experts)
+        flat = jnp.where(expert_ids >= 0, owner[:, None] * m.num_experts + expert_ids, -1)
+        # the mask (bool) as weights: an integer scatter that reads `expert_ids` once
+        src_e = ops.bincount(flat, token_mask[:, None], d * m.num_experts)
+        src_e = src_e.reshape(d, m.num_experts).astype(jnp.float32)
     else:
         src_e = jnp.broadcast_to(counts / d, (d, m.num_experts))
     traffic = (src_e @ place) * m.token_bytes  # [D(src), D(dst)]
@@ -199,7 +200,8 @@ def moe_layer(cfg: EPConfig, params: EPParams, expert_ids, token_mask, counts):
     dispatch = collectives.all_to_all_time_s(traffic, cfg.topo, tau)
     combine = collectives.all_to_all_time_s(traffic.T, cfg.topo, tau)
     n_tokens = counts.sum() / cfg.model.top_k
-    t_exp, c_exp = expert_time_s(cfg, tokens_de, tau, params.tau)
+    t_exp, c_exp = relax.branch(params.tau, lambda t: expert_time_s(
+        cfg, tokens_de, t * time_scale_s(cfg), t))
     t_sh, c_sh = shared_time_s(cfg, owned_tokens(cfg, token_mask, n_tokens), tau)
     busy = t_exp + t_sh
     compute_busy = c_exp + c_sh

@@ -95,8 +95,8 @@ def tokens_per_die(cfg: FSEDPConfig, expert_ids, token_mask, counts):
     owner = jnp.asarray(token_owner(expert_ids.shape[-2], d), jnp.int32)  # [N]
     valid = (expert_ids >= 0) & (expert_ids < e)  # out-of-range ids count nowhere
     key = jnp.where(valid, owner[:, None] * e + expert_ids, -1)  # -1: dropped
-    wt = jnp.broadcast_to(jnp.asarray(token_mask, jnp.float32)[:, None], expert_ids.shape)
-    return ops.bincount(key, wt, d * e).reshape(d, e)
+    wt = jnp.broadcast_to(jnp.asarray(token_mask, bool)[:, None], expert_ids.shape)
+    return ops.bincount(key, wt, d * e).reshape(d, e).astype(jnp.float32)
 
 
 def unit_order(cfg: FSEDPConfig, counts):
