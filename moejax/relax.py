@@ -24,6 +24,20 @@ def _choose(tau, hard_fn, soft_fn):
     return jax.lax.cond(tau > 0, lambda: soft_fn(jnp.where(tau > 0, tau, 1.0)), hard_fn)
 
 
+def branch(tau, fn):
+    """fn(0.0) if tau == 0 else fn(tau): one `lax.cond` around a whole computation.
+
+    Inside the hard branch `tau` is the Python float 0.0, so every relax op in `fn` takes
+    its hard form statically and XLA fuses `fn` into plain arithmetic; with a traced tau
+    each op's own cond would cut the fusion and write its operands out. The smooth branch
+    passes a traced positive tau on.
+    """
+    if isinstance(tau, (int, float)):
+        return fn(float(tau))
+    tau = jnp.asarray(tau, jnp.float32)
+    return jax.lax.cond(tau > 0, lambda: fn(jnp.where(tau > 0, tau, 1.0)), lambda: fn(0.0))
+
+
 def max(x, tau=0.0, axis=-1):  # noqa: A001 - mirrors jnp.max
     """max over `axis`; for tau > 0, tau * logsumexp(x / tau) (an upper bound, -> max)."""
     return _choose(tau, lambda: jnp.max(x, axis=axis),

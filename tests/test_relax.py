@@ -52,3 +52,18 @@ def test_sinkhorn_marginals():
     p = relax.sinkhorn(logits, tau=0.5)
     np.testing.assert_allclose(p.sum(1), 1.0, atol=1e-4)
     np.testing.assert_allclose(p.sum(0), 2.0, atol=1e-4)
+
+
+def test_branch_picks_hard_or_smooth_once():
+    f = lambda t: relax.max(X, t) + relax.relu(X, t).sum()  # noqa: E731
+    # a traced tau: the hard branch sees the Python float 0.0, the smooth one the tau
+    g = jax.jit(lambda tau: relax.branch(tau, f))
+    np.testing.assert_allclose(g(jnp.float32(0.0)), f(0.0), rtol=1e-6)
+    np.testing.assert_allclose(g(jnp.float32(0.3)), f(0.3), rtol=1e-6)
+    assert relax.branch(0.0, lambda t: t) == 0.0 and isinstance(relax.branch(0, lambda t: t),
+                                                                  float)
+    # gradients flow through the chosen branch, in x and in tau
+    dx = jax.grad(lambda x: relax.branch(jnp.float32(0.3), lambda t: relax.max(x, t)))(X)
+    np.testing.assert_allclose(dx, jax.grad(lambda x: relax.max(x, 0.3))(X), rtol=1e-5)
+    dt = jax.grad(lambda tau: relax.branch(tau, lambda t: relax.max(X, t)))(jnp.float32(0.3))
+    assert np.isfinite(dt) and dt > 0
