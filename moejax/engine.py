@@ -119,13 +119,18 @@ def simulate(
             ks = keys[s : s + chunk]
             if isinstance(ks, np.ndarray):
                 ks = jax.random.wrap_key_data(ks)
-            tr, ks = _shard(tr, ks)
-            results.append(fn(params, tr, ks))
+            results.append(fn(params, *_shard(tr, ks)))
             advance()
-    axis = 1 if sweep else 0
     if len(results) == 1:
         return results[0]
-    return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=axis), *results)
+    return _concatenate(1 if sweep else 0)(*results)
+
+
+@functools.cache
+def _concatenate(axis: int):
+    """Chunk results joined along `axis` in one compiled call (not one dispatch per leaf)."""
+    return jax.jit(lambda *parts: jax.tree_util.tree_map(
+        lambda *xs: jnp.concatenate(xs, axis=axis), *parts))
 
 
 def _shard(traces, keys):
