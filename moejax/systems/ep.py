@@ -196,12 +196,14 @@ def moe_layer(cfg: EPConfig, params: EPParams, expert_ids, token_mask, counts):
     "expert used" indicators use tau tokens.
     """
     tau = params.tau * time_scale_s(cfg)
-    traffic, tokens_de = layer_demand(cfg, params, expert_ids, token_mask, counts)
+    traffic, _ = layer_demand(cfg, params, expert_ids, token_mask, counts)
+    place = params.placement.astype(jnp.float32)
     dispatch = collectives.all_to_all_time_s(traffic, cfg.topo, tau)
     combine = collectives.all_to_all_time_s(traffic.T, cfg.topo, tau)
     n_tokens = counts.sum() / cfg.model.top_k
+    # [D, E] tokens built inside the branch: hard mode is one fused pass over them
     t_exp, c_exp = relax.branch(params.tau, lambda t: expert_time_s(
-        cfg, tokens_de, t * time_scale_s(cfg), t))
+        cfg, (counts[:, None] * place).T, t * time_scale_s(cfg), t))
     t_sh, c_sh = shared_time_s(cfg, owned_tokens(cfg, token_mask, n_tokens), tau)
     busy = t_exp + t_sh
     compute_busy = c_exp + c_sh
@@ -215,7 +217,7 @@ def moe_layer(cfg: EPConfig, params: EPParams, expert_ids, token_mask, counts):
         "device_busy_s": busy,
         "device_compute_s": compute_busy,
         "link_bytes": link_bytes,
-        "tokens_per_device": tokens_de.sum(-1),
+        "tokens_per_device": counts @ place,
     }
 
 
