@@ -50,3 +50,13 @@ def test_sharded_over_two_devices_equals_single_device():
     r = subprocess.run([sys.executable, "-c", SHARDED], env=env, cwd=root,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
+
+
+def test_default_chunk_caps_trace_bytes_per_call_on_cpu():
+    small = {"ids": np.zeros((8, 256, 8), np.int32)}  # 8 kB per trace: the count default
+    assert engine.default_chunk(small) == engine.default_chunk() == engine.DEFAULT_CHUNK["cpu"]
+    big = {"ids": np.zeros((4, 2**18), np.int32), "mask": np.zeros((4,), bool)}  # ~1 MB
+    chunk = engine.default_chunk(big)
+    assert chunk == 16 and chunk * 4 * 2**18 <= engine.CPU_CHUNK_BYTES
+    huge = {"ids": np.zeros((2, 2**23), np.int32)}  # 32 MB per trace: one per call
+    assert engine.default_chunk(huge) == 1

@@ -155,3 +155,16 @@ def test_bad_placement_and_options():
         ep.make_config(make_platform(), make_model(), attention="tp", tp_size=3)
     with pytest.raises(ConfigError, match="attention"):
         ep.make_config(make_platform(), make_model(), attention="pp")
+
+
+def test_replicated_placement_matches_reference():
+    cfg, system, params = _setup()
+    e, d = cfg.model.num_experts, cfg.num_devices
+    place = np.asarray(params.placement).copy()
+    place[:3] = 1.0 / d  # three experts replicated on every device, tokens split evenly
+    params = params.replace(placement=jnp.asarray(place))
+    tr = random_trace(jax.random.key(5), 2, 2, 2, 24, e, 2)
+    out = engine.simulate(system, params, tr)
+    ref = ep_reference.layer_latency(cfg, params.placement, tr.expert_ids, tr.token_mask,
+                                     tr.counts)
+    np.testing.assert_allclose(np.asarray(out["latency_s"]), ref, rtol=2e-5)
