@@ -91,8 +91,11 @@ def batch_size(tree: PyTree) -> int:
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(system: System, sweep: bool):
-    def one_params(params, traces, keys):
+def _compiled(system: System, sweep: bool, key_impl: str):
+    """jit(vmap(run_one)) over traces (and params); keys come in as raw key data, wrapped
+    inside the call (no per-chunk dispatch to rebuild typed keys on the host)."""
+    def one_params(params, traces, key_data):
+        keys = jax.random.wrap_key_data(key_data, impl=key_impl)
         return jax.vmap(lambda tr, k: run_one(system, params, tr, k))(traces, keys)
 
     fn = jax.vmap(one_params, in_axes=(0, None, None)) if sweep else one_params
@@ -119,22 +122,27 @@ def simulate(
     """
     n = batch_size(traces)
     key = jax.random.key(0) if key is None else key
+    if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)  # a legacy uint32 PRNGKey
     keys = jax.random.split(key, n)
+    key_data = jax.random.key_data(keys)
     chunk = min(n, chunk_size or default_chunk(traces))
-    fn = _compiled(system, sweep)
+    fn = _compiled(system, sweep, str(jax.random.key_impl(keys)))
     starts = range(0, n, chunk)
     if len(starts) > 1:  # slice on host: a jax slice per new offset would compile each time
         traces = jax.tree_util.tree_map(np.asarray, traces)
-        keys = np.asarray(jax.random.key_data(keys))
+        key_data = np.asarray(key_data)
+    devices = jax.local_devices()
     show = progress if progress is not None else len(starts) > 8
     results = []
     with _progress(show, len(starts), system.name) as advance:
         for s in starts:
-            tr = jax.tree_util.tree_map(lambda x, s=s: x[s : s + chunk], traces)
-            ks = keys[s : s + chunk]
-            if isinstance(ks, np.ndarray):
-                ks = jax.random.wrap_key_data(ks)
-            results.append(fn(params, *_shard(tr, ks)))
+            if len(starts) == 1:  # the whole batch: no slicing (a dispatch per leaf)
+                args = (traces, key_data)
+            else:
+                args = (jax.tree_util.tree_map(lambda x, s=s: x[s : s + chunk], traces),
+                        key_data[s : s + chunk])
+            results.append(fn(params, *(_shard(*args, devices) if len(devices) > 1 else args)))
             advance()
     if len(results) == 1:
         return results[0]
@@ -148,8 +156,7 @@ def _concatenate(axis: int):
         lambda *xs: jnp.concatenate(xs, axis=axis), *parts))
 
 
-def _shard(traces, keys):
-    devices = jax.local_devices()
+def _shard(traces, keys, devices):
     m = batch_size(traces)
     if len(devices) < 2 or m % len(devices):
         return traces, keys
