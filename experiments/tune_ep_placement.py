@@ -12,18 +12,18 @@ latency.csv, and prints the markdown row used in checkpoints/README.md. Re-runni
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
+import _tune_script  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from moejax.results import atomic_write_csv  # noqa: E402
-from moejax.tune import TuneConfig, export, tune  # noqa: E402
+from moejax.tune import TuneConfig  # noqa: E402
 from moejax.tune import loop as tl  # noqa: E402
 
 # the shipped run (a): qwen3-30b-a3b on chiplet-2x2, power-law popularity shared by the
@@ -36,22 +36,15 @@ SHIPPED = TuneConfig(system="ep", hardware="chiplet-2x2", model="qwen3-30b-a3b",
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="checkpoints/ep-placement-qwen3-chiplet-2x2")
-    ap.add_argument("--export", default="policies/ep-tuned-qwen3-30b-a3b-chiplet-2x2.toml")
-    ap.add_argument("--plots", default="results/tune_ep")
+    ap = _tune_script.parser(__doc__, out="checkpoints/ep-placement-qwen3-chiplet-2x2",
+                             export_to="policies/ep-tuned-qwen3-30b-a3b-chiplet-2x2.toml",
+                             plots="results/tune_ep")
     ap.add_argument("--steps", type=int, default=SHIPPED.steps)
     ap.add_argument("--tokens", type=int, default=SHIPPED.tokens)
     ap.add_argument("--init", default=SHIPPED.init, help="default | greedy | random")
-    ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     cfg = dataclasses.replace(SHIPPED, steps=a.steps, tokens=a.tokens, init=a.init)
-    res = tune(cfg, a.out, resume=a.resume, progress=not a.quiet)
-    prob = tl.build_problem(cfg)
-    if a.export:
-        export.write_policy(a.export, prob, res.hard, res.step)
-        print(f"wrote {a.export}")
+    res, prob = _tune_script.train(cfg, a)
     plots = Path(a.plots)
     plots.mkdir(parents=True, exist_ok=True)
     rows = {"default (contiguous)": prob.setup.defaults,

@@ -23,7 +23,6 @@ buffer axis per DDR x D2D cell, infeasible cells blank; star = platform, x = tun
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 from pathlib import Path
@@ -31,13 +30,14 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import _tune_script  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from moejax import engine  # noqa: E402
 from moejax.results import atomic_write_json  # noqa: E402
-from moejax.tune import TuneConfig, export, tune  # noqa: E402
+from moejax.tune import TuneConfig  # noqa: E402
 from moejax.tune import loop as tl  # noqa: E402
 from moejax.tune.hardware import MiB  # noqa: E402
 
@@ -81,23 +81,17 @@ def describe(name, hard, ev_ms, c) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="checkpoints/fsedp-hardware-qwen3-chiplet-2x2")
-    ap.add_argument("--export", default="",
-                    help="also write the tuned policy here (and --export-hardware)")
+    ap = _tune_script.parser(
+        __doc__, out="checkpoints/fsedp-hardware-qwen3-chiplet-2x2", export_to="",
+        plots="results/tune_fsedp_hardware",
+        export_help="also write the tuned policy here (and --export-hardware)")
     ap.add_argument("--export-hardware", default="")
-    ap.add_argument("--plots", default="results/tune_fsedp_hardware")
-    ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     cfg = SHIPPED
-    res = tune(cfg, a.out, resume=a.resume, progress=not a.quiet)
-    prob = tl.build_problem(cfg)
+    res, prob = _tune_script.train(cfg, a, hardware_path=a.export_hardware or None)
+    if a.export and a.export_hardware:
+        print(f"wrote {a.export_hardware}")
     c = prob.setup.constraint
-    if a.export:
-        export.write_policy(a.export, prob, res.hard, res.step,
-                            hardware_path=a.export_hardware or None)
-        print(f"wrote {a.export} {a.export_hardware}")
 
     points = grid_points(prob)
     train_ms = grid_latency_ms(prob, points, prob.train)

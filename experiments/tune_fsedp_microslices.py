@@ -12,10 +12,9 @@ tuned value can be checked against the grid optimum (within 5% is the issue's ba
 
 from __future__ import annotations
 
-import argparse
+import _tune_script
 
-from moejax.tune import TuneConfig, export, tune
-from moejax.tune import loop as tl
+from moejax.tune import TuneConfig
 
 SHIPPED = TuneConfig(system="fsedp", hardware="chiplet-2x2", model="qwen3-30b-a3b",
                      params=("num_microslices",), steps=40, traces=32, batch=8,
@@ -25,16 +24,10 @@ SHIPPED = TuneConfig(system="fsedp", hardware="chiplet-2x2", model="qwen3-30b-a3
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="checkpoints/fsedp-microslices-qwen3-chiplet-2x2")
-    ap.add_argument("--export", default="policies/fsedp-tuned-qwen3-30b-a3b-chiplet-2x2.toml")
-    ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--quiet", action="store_true")
-    a = ap.parse_args(argv)
-    res = tune(SHIPPED, a.out, resume=a.resume, progress=not a.quiet)
-    if a.export:
-        export.write_policy(a.export, tl.build_problem(SHIPPED), res.hard, res.step)
-        print(f"wrote {a.export}")
+    a = _tune_script.parser(
+        __doc__, out="checkpoints/fsedp-microslices-qwen3-chiplet-2x2",
+        export_to="policies/fsedp-tuned-qwen3-30b-a3b-chiplet-2x2.toml").parse_args(argv)
+    res, prob = _tune_script.train(SHIPPED, a)
     ev = res.evaluation
     grid = {k: v["latency_ms"]["mean"] for k, v in ev.items() if k.startswith("grid")}
     best = min(grid, key=grid.get)
@@ -42,7 +35,7 @@ def main(argv=None) -> int:
     print("grid (hard, held-out, mean ms):", {k[7:]: round(v, 4) for k, v in grid.items()})
     print(f"| FSE-DP num_microslices | {SHIPPED.model} / {SHIPPED.hardware} | "
           f"{SHIPPED.trace_gen}, {SHIPPED.tokens} tok/iter | m = {res.hard['num_microslices']}: "
-          f"{t:.4f} ms | m = {tl.build_problem(SHIPPED).setup.defaults['num_microslices']}: "
+          f"{t:.4f} ms | m = {prob.setup.defaults['num_microslices']}: "
           f"{d:.4f} ms ({(t / d - 1) * 100:+.1f}%) | grid optimum {best[5:]}: "
           f"{grid[best]:.4f} ms ({(t / grid[best] - 1) * 100:+.1f}%) |")
     return 0

@@ -20,17 +20,17 @@ finished folder re-evaluates, re-exports (bit-identical) and re-plots without tr
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
+import _tune_script  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from moejax.tune import TuneConfig, export, tune  # noqa: E402
+from moejax.tune import TuneConfig  # noqa: E402
 from moejax.tune import loop as tl  # noqa: E402
 
 SHIPPED = TuneConfig(system="fsedp", hardware="chiplet-2x2", model="phi-3.5-moe",
@@ -57,22 +57,15 @@ def table_row(cfg, res, prob) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="checkpoints/fsedp-microslices-theta-phi35-chiplet-2x2")
-    ap.add_argument("--export",
-                    default="policies/fsedp-buffered-tuned-phi-3.5-moe-chiplet-2x2.toml")
-    ap.add_argument("--plots", default="results/tune_fsedp_theta")
+    ap = _tune_script.parser(
+        __doc__, out="checkpoints/fsedp-microslices-theta-phi35-chiplet-2x2",
+        export_to="policies/fsedp-buffered-tuned-phi-3.5-moe-chiplet-2x2.toml",
+        plots="results/tune_fsedp_theta")
     ap.add_argument("--relaxation", default=SHIPPED.relaxation)
     ap.add_argument("--steps", type=int, default=SHIPPED.steps)
-    ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     cfg = dataclasses.replace(SHIPPED, relaxation=a.relaxation, steps=a.steps)
-    res = tune(cfg, a.out, resume=a.resume, progress=not a.quiet)
-    prob = tl.build_problem(cfg)
-    if a.export:
-        export.write_policy(a.export, prob, res.hard, res.step)
-        print(f"wrote {a.export}")
+    res, prob = _tune_script.train(cfg, a)
     print("loss", [round(x, 4) for x in res.history])
     print(table_row(cfg, res, prob))
     if a.plots:

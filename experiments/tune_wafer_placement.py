@@ -11,10 +11,9 @@ wafer policy's explicit `placement` list.
 
 from __future__ import annotations
 
-import argparse
+import _tune_script
 
-from moejax.tune import TuneConfig, export, tune
-from moejax.tune import loop as tl
+from moejax.tune import TuneConfig
 
 SHIPPED = TuneConfig(system="wafer", policy="ep-baseline-map", hardware="wsc-4x4",
                      model="qwen3-30b-a3b", params=("placement",), steps=60, traces=32,
@@ -24,16 +23,10 @@ SHIPPED = TuneConfig(system="wafer", policy="ep-baseline-map", hardware="wsc-4x4
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="checkpoints/wafer-placement-qwen3-wsc-4x4")
-    ap.add_argument("--export", default="policies/wafer-tuned-qwen3-30b-a3b-wsc-4x4.toml")
-    ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--quiet", action="store_true")
-    a = ap.parse_args(argv)
-    res = tune(SHIPPED, a.out, resume=a.resume, progress=not a.quiet)
-    if a.export:
-        export.write_policy(a.export, tl.build_problem(SHIPPED), res.hard, res.step)
-        print(f"wrote {a.export}")
+    a = _tune_script.parser(
+        __doc__, out="checkpoints/wafer-placement-qwen3-wsc-4x4",
+        export_to="policies/wafer-tuned-qwen3-30b-a3b-wsc-4x4.toml").parse_args(argv)
+    res, _ = _tune_script.train(SHIPPED, a)
     for name, s in res.evaluation.items():
         print(f"{name:16s} mean {s['latency_ms']['mean']:.5f} ms  p99 "
               f"{s['latency_ms']['p99']:.5f} ms  max/mean die load {s['max_load_ratio_mean']:.3f}")
