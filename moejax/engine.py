@@ -142,7 +142,7 @@ def simulate(
             else:
                 args = (jax.tree_util.tree_map(lambda x, s=s: x[s : s + chunk], traces),
                         key_data[s : s + chunk])
-            results.append(fn(params, *(_shard(*args, devices) if len(devices) > 1 else args)))
+            results.append(fn(params, *_shard(*args, devices)))
             advance()
     if len(results) == 1:
         return results[0]

@@ -32,10 +32,7 @@ def branch(tau, fn):
     each op's own cond would cut the fusion and write its operands out. The smooth branch
     passes a traced positive tau on.
     """
-    if isinstance(tau, (int, float)):
-        return fn(float(tau))
-    tau = jnp.asarray(tau, jnp.float32)
-    return jax.lax.cond(tau > 0, lambda: fn(jnp.where(tau > 0, tau, 1.0)), lambda: fn(0.0))
+    return _choose(tau, lambda: fn(0.0), fn)
 
 
 def max(x, tau=0.0, axis=-1):  # noqa: A001 - mirrors jnp.max
