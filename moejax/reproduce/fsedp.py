@@ -38,6 +38,7 @@ from moejax import engine
 from moejax.hardware import load_platform
 from moejax.models import load_model
 from moejax.reproduce import Claim, Report
+from moejax.reproduce.progress import study_progress
 from moejax.results import atomic_write_csv
 from moejax.systems import ep
 from moejax.systems.fsedp import hydra
@@ -488,7 +489,7 @@ def run(out_dir: Path, quick: bool) -> Report:
     out = Path(out_dir)
     grid = QUICK if quick else FULL
     steps = len(MODELS) + 1 + 1 + 2 + 3
-    with _progress(not quick, steps) as tick:
+    with study_progress("fsedp", steps) as tick:
         f9 = fig9_fig12(out, grid, tick)
         claims = fig9_claims(f9)
         f15 = fig15(out, grid, tick)
@@ -508,28 +509,6 @@ def run(out_dir: Path, quick: bool) -> Report:
              "fig16_best": {k: f16[k][best16] for k in ("panel", "buffer_mb", "ddr_gbps",
                                                         "d2d_gbps", "utilization")}}
     return Report("fsedp", claims, files, extra)
-
-
-class _progress:
-    """A rich progress bar over the study's steps (full mode), or nothing."""
-
-    def __init__(self, show: bool, total: int):
-        self.show, self.total = show, total
-
-    def __enter__(self):
-        if not self.show:
-            return lambda desc: None
-        from rich.progress import Progress
-
-        self.bar = Progress()
-        self.bar.__enter__()
-        task = self.bar.add_task("fsedp study", total=self.total)
-        return lambda desc: self.bar.update(task, advance=1, description=desc)
-
-    def __exit__(self, *exc):
-        if self.show:
-            self.bar.__exit__(*exc)
-        return False
 
 
 # --- output helpers ------------------------------------------------------------------------
