@@ -11,7 +11,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from moejax.errors import UnknownNameError
+from moejax.errors import MoejaxError, UnknownNameError
 from moejax.results import atomic_write_json
 
 STUDIES: dict[str, str] = {
@@ -50,6 +50,17 @@ def write_summary(out_dir: Path, report: Report, quick: bool) -> Path:
         "files": report.files,
         **report.extra,
     })
+    return path
+
+
+def shipped_results(study: str) -> Path:
+    """The committed outputs of `moejax reproduce STUDY` in a checkout: `docs/results/STUDY/`
+    (summary.json, CSV, PNG), which the notebooks and docs read instead of re-running."""
+    path = Path(__file__).resolve().parents[2] / "docs" / "results" / study
+    if not (path / "summary.json").is_file():
+        raise MoejaxError(f"shipped results of study {study!r}: no {path / 'summary.json'} "
+                          f"(they ship with a checkout of the repository, not the wheel); "
+                          f"run `moejax reproduce {study} --out DIR` instead")
     return path
 
 
