@@ -76,7 +76,8 @@ class EPParams:
     """Tunable parameters of EP.
 
     placement [E, D]: share of expert e's tokens served by device d (rows sum to 1; one-hot
-      for plain EP, fractional for replicas that split an expert's tokens evenly).
+      for plain EP, fractional for replicas: `moejax.placement.slots` states the split rule);
+      or [L, E, D], one placement per layer of the trace (EPLB plans each layer separately).
     tau: relaxation temperature, dimensionless (0 = exact); see `moe_layer`.
     """
 
@@ -103,11 +104,12 @@ def default_params(cfg: EPConfig, placement: str = "contiguous") -> EPParams:
 
 
 def check_placement(placement, num_experts: int, num_devices: int) -> None:
-    """Raise ConfigError unless placement is [E, D], nonnegative, rows summing to 1."""
+    """Raise ConfigError unless placement is [E, D] or [L, E, D], nonnegative, rows summing
+    to 1."""
     p = np.asarray(placement)
-    if p.shape != (num_experts, num_devices):
-        raise ConfigError(f"placement: expected shape [E, D] = {(num_experts, num_devices)}, "
-                          f"got {p.shape}")
+    if p.ndim not in (2, 3) or p.shape[-2:] != (num_experts, num_devices):
+        raise ConfigError(f"placement: expected shape [E, D] = {(num_experts, num_devices)} "
+                          f"or [L, E, D], got {p.shape}")
     if (p < 0).any() or not np.allclose(p.sum(1), 1.0, atol=1e-5):
         raise ConfigError("placement: entries must be >= 0 and each expert's row sum to 1")
 
@@ -262,6 +264,25 @@ def dense_ffn_time_s(cfg: EPConfig, n_tokens, tau):
 # --- the system ----------------------------------------------------------------------------
 
 
+def check_layers(placement, num_layers: int) -> None:
+    """ConfigError unless a per-layer placement [L, E, D] has the trace's L layers (shapes
+    are static, so this runs while tracing)."""
+    if placement.ndim == 3 and placement.shape[0] != num_layers:
+        raise ConfigError(f"placement: {placement.shape[0]} per-layer placements for a trace "
+                          f"of {num_layers} layers; allowed: {num_layers}, or one [E, D] "
+                          "placement for every layer")
+
+
+def layers_of(cfg: EPConfig, params: EPParams, expert_ids, token_mask, counts):
+    """`moe_layer` of every layer of one iteration (ids [L, N, K], counts [L, E]), vmapped;
+    a per-layer placement [L, E, D] is vmapped with them."""
+    if params.placement.ndim == 3:
+        return jax.vmap(lambda i, c, p: moe_layer(cfg, params.replace(placement=p), i,
+                                                  token_mask, c))(expert_ids, counts,
+                                                                  params.placement)
+    return jax.vmap(lambda i, c: moe_layer(cfg, params, i, token_mask, c))(expert_ids, counts)
+
+
 @struct.dataclass
 class EPState:
     """Accumulators over iterations (all float32)."""
@@ -284,6 +305,7 @@ def build(cfg: EPConfig, num_iterations: int) -> System:
 
     def init(params: EPParams, trace: Trace, key):
         del key
+        check_layers(params.placement, trace.counts.shape[-2])
         z = jnp.float32(0.0)
         return EPState(trace, z, z, z, z, z, z, jnp.zeros(d), jnp.zeros(lk), z)
 
@@ -291,7 +313,7 @@ def build(cfg: EPConfig, num_iterations: int) -> System:
         tr = state.trace
         ids, mask = tr.expert_ids[t], tr.token_mask[t]  # [L, N, K], [N]
         counts = tr.counts[t]  # [L, E]
-        layers = jax.vmap(lambda i, c: moe_layer(cfg, params, i, mask, c))(ids, counts)
+        layers = layers_of(cfg, params, ids, mask, counts)
         n_tokens = counts[0].sum() / cfg.model.top_k
         tau_s = params.tau * time_scale_s(cfg)
         att, _ = attention_time_s(cfg, n_tokens, tau_s)
@@ -342,6 +364,40 @@ def build(cfg: EPConfig, num_iterations: int) -> System:
 # --- policy options ------------------------------------------------------------------------
 
 
+def _nesting(x) -> int:
+    """Depth of nested lists (0 for a scalar)."""
+    return 1 + _nesting(x[0]) if isinstance(x, list) and x else int(isinstance(x, list))
+
+
+def placement_from_option(value, shares, num_experts: int, num_devices: int,
+                          where: str) -> np.ndarray:
+    """[E, D] or [L, E, D] share matrix from a policy's `placement` list: one device id per
+    expert; or the devices of each expert's replicas (a list per expert, the even split of
+    `moejax.placement.slots`, or `replica_shares` in the same nesting); or one such list per
+    trace layer."""
+    depth = _nesting(value)
+    if depth == 3:
+        return np.stack([placement_from_option(v, None if shares is None else s, num_experts,
+                                               num_devices, f"{where} layer {i}")
+                         for i, (v, s) in enumerate(zip(value, shares or [None] * len(value),
+                                                        strict=True))])
+    if len(value) != num_experts:
+        raise ConfigError(f"{where}: key 'placement' needs {num_experts} entries (one per "
+                          f"expert), got {len(value)}")
+    rows = [v if isinstance(v, list) else [v] for v in value]
+    out = np.zeros((num_experts, num_devices))
+    for e, devs in enumerate(rows):
+        if not devs or not all(isinstance(x, int) and 0 <= x < num_devices for x in devs):
+            raise ConfigError(f"{where}: key 'placement' expert {e}: device ids {devs} must be "
+                              f"a non-empty list of ints in [0, {num_devices})")
+        w = np.full(len(devs), 1.0 / len(devs)) if shares is None else np.asarray(shares[e], float)
+        if w.shape != (len(devs),) or (w < 0).any() or not np.isclose(w.sum(), 1.0, atol=1e-6):
+            raise ConfigError(f"{where}: key 'replica_shares' expert {e}: {len(devs)} shares "
+                              "that are >= 0 and sum to 1 expected")
+        np.add.at(out[e], devs, w)
+    return out
+
+
 def _read_options(t, platform: Platform | None = None, model: ModelSpec | None = None):
     opts = dict(
         attention=t.str("attention", "dp", choices=ATTENTION_MODES),
@@ -349,21 +405,23 @@ def _read_options(t, platform: Platform | None = None, model: ModelSpec | None =
         context_len=t.int("context_len", 0, lo=0),
     )
     placement = t._get("placement", "contiguous", False)
+    shares = t._get("replica_shares", None, False)
     t.close()
     if isinstance(placement, str):
         if placement not in ("contiguous", "round-robin"):
             raise ConfigError(f"{t.where}: key 'placement' = {placement!r}; allowed: "
                               "contiguous, round-robin, or a list of device ids per expert")
-    elif not (isinstance(placement, list) and all(isinstance(x, int) for x in placement)):
-        raise ConfigError(f"{t.where}: key 'placement' must be a name or a list of device ids")
-    elif model is not None and platform is not None:
-        if len(placement) != model.num_experts or not all(
-            0 <= x < platform.num_devices for x in placement
-        ):
-            raise ConfigError(
-                f"{t.where}: key 'placement' needs {model.num_experts} device ids in "
-                f"[0, {platform.num_devices}), got {len(placement)} ids"
-            )
+        if shares is not None:
+            raise ConfigError(f"{t.where}: key 'replica_shares' needs a placement list")
+        return opts, placement
+    if not isinstance(placement, list) or _nesting(placement) not in (1, 2, 3):
+        raise ConfigError(f"{t.where}: key 'placement' must be a name, a list of device ids, "
+                          "a list of replica device lists, or one such list per layer")
+    if shares is not None and _nesting(shares) != max(_nesting(placement), 2):
+        raise ConfigError(f"{t.where}: key 'replica_shares' must nest like 'placement'")
+    if model is not None and platform is not None:
+        return opts, placement_from_option(placement, shares, model.num_experts,
+                                           platform.num_devices, t.where)
     return opts, placement
 
 
@@ -379,5 +437,5 @@ def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
     if isinstance(placement, str):
         params = default_params(cfg, placement)
     else:
-        params = EPParams(placement=jax.nn.one_hot(np.asarray(placement), cfg.num_devices))
+        params = EPParams(placement=jnp.asarray(placement, jnp.float32))
     return build(cfg, num_iterations), params

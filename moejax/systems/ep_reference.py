@@ -66,7 +66,9 @@ def moe_layer(cfg: EPConfig, placement: np.ndarray, expert_ids, token_mask, coun
 
 
 def layer_latency(cfg: EPConfig, placement, expert_ids, token_mask, counts) -> np.ndarray:
-    """Mean MoE-layer latency of each trace of a batch, [T] (iterations with tokens only)."""
+    """Mean MoE-layer latency of each trace of a batch, [T] (iterations with tokens only).
+
+    placement [E, D] for every layer, or [L, E, D] one per layer."""
     placement = np.asarray(placement, np.float64)
     expert_ids, token_mask = np.asarray(expert_ids), np.asarray(token_mask)
     counts = np.asarray(counts, np.float64)
@@ -77,7 +79,8 @@ def layer_latency(cfg: EPConfig, placement, expert_ids, token_mask, counts) -> n
         for it in range(i_):
             if counts[t, it, 0].sum() == 0:
                 continue
-            lat = [moe_layer(cfg, placement, expert_ids[t, it, layer], token_mask[t, it],
+            lat = [moe_layer(cfg, placement[layer] if placement.ndim == 3 else placement,
+                             expert_ids[t, it, layer], token_mask[t, it],
                              counts[t, it, layer])[0] for layer in range(l_)]
             total += float(np.mean(lat))
             iters += 1
