@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from moejax.systems import ep
+from moejax.systems import ep, rebalancing
 from moejax.systems.amoe import policy as amoe_policy
 from moejax.systems.fsedp import hydra as fsedp_hydra
 from moejax.systems.fsedp import system as fsedp_system
@@ -30,6 +30,9 @@ class SystemEntry:
 
 SYSTEMS: dict[str, SystemEntry] = {
     "ep": SystemEntry(ep.check_options, ep.from_policy, ("chiplet", "wafer", "gpu"), False),
+    # synchronous EP that re-plans with EPLB every R iterations (moejax.systems.rebalancing)
+    "rebalancing": SystemEntry(rebalancing.check_options, rebalancing.from_policy,
+                               ("gpu", "chiplet", "wafer"), False),
     "wafer": SystemEntry(wafer.check_options, wafer.from_policy, ("wafer", "gpu"), False),
     # 002 AMoE: run on request streams (4th from_policy argument = requests per stream)
     "aep": SystemEntry(amoe_policy.check_aep_options, amoe_policy.aep_from_policy,

@@ -283,6 +283,20 @@ def layers_of(cfg: EPConfig, params: EPParams, expert_ids, token_mask, counts):
     return jax.vmap(lambda i, c: moe_layer(cfg, params, i, token_mask, c))(expert_ids, counts)
 
 
+def iteration_times(cfg: EPConfig, params: EPParams, expert_ids, token_mask, counts):
+    """One forward pass (ids [L, N, K], mask [N], counts [L, E]): (per-layer `moe_layer`
+    metrics, forward seconds, attention + dense seconds of the forward)."""
+    layers = layers_of(cfg, params, expert_ids, token_mask, counts)
+    n_tokens = counts[0].sum() / cfg.model.top_k
+    tau_s = params.tau * time_scale_s(cfg)
+    att, _ = attention_time_s(cfg, n_tokens, tau_s)
+    dense = dense_ffn_time_s(cfg, n_tokens, tau_s)
+    m = cfg.model
+    other = m.num_layers * att + m.num_dense_layers * dense
+    # the trace's L layers sample the model's sparse layers: scale their mean
+    return layers, layers["latency_s"].mean() * m.num_sparse_layers + other, other
+
+
 @struct.dataclass
 class EPState:
     """Accumulators over iterations (all float32)."""
@@ -313,16 +327,8 @@ def build(cfg: EPConfig, num_iterations: int) -> System:
         tr = state.trace
         ids, mask = tr.expert_ids[t], tr.token_mask[t]  # [L, N, K], [N]
         counts = tr.counts[t]  # [L, E]
-        layers = layers_of(cfg, params, ids, mask, counts)
-        n_tokens = counts[0].sum() / cfg.model.top_k
-        tau_s = params.tau * time_scale_s(cfg)
-        att, _ = attention_time_s(cfg, n_tokens, tau_s)
-        dense = dense_ffn_time_s(cfg, n_tokens, tau_s)
-        m = cfg.model
-        # the trace's L layers sample the model's sparse layers: scale their mean
-        forward = (layers["latency_s"].mean() * m.num_sparse_layers + m.num_layers * att
-                   + m.num_dense_layers * dense)
-        real = (n_tokens > 0).astype(jnp.float32)
+        layers, forward, other = iteration_times(cfg, params, ids, mask, counts)
+        real = (counts[0].sum() > 0).astype(jnp.float32)
         n_layers = layers["latency_s"].shape[0]
         new = state.replace(
             layer_latency_s=state.layer_latency_s + real * layers["latency_s"].mean(),
@@ -330,8 +336,7 @@ def build(cfg: EPConfig, num_iterations: int) -> System:
             comm_s=state.comm_s + real * layers["comm_s"].mean(),
             compute_s=state.compute_s + real * layers["compute_s"].mean(),
             expert_s=state.expert_s + real * layers["expert_s"].mean(),
-            attention_s=state.attention_s + real * (m.num_layers * att
-                                                    + m.num_dense_layers * dense),
+            attention_s=state.attention_s + real * other,
             device_compute_s=state.device_compute_s
             + real * layers["device_compute_s"].sum(0) / n_layers,
             link_bytes=state.link_bytes + real * layers["link_bytes"].sum(0),

@@ -20,7 +20,9 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
                    help="base policy (default: ep, fsedp, ep-baseline-map for wafer, "
                    "aep-defrag for aep)")
     u.add_argument("--param", default="placement",
-                   help="comma-separated parameter names (ep: placement; wafer: placement, alpha, "
+                   help="comma-separated parameter names (ep: placement, or replicas (experts "
+                   "replicated into --capacity slots per device, default E/D + 1, with learned "
+                   "token shares); wafer: placement, alpha, "
                    "shadow_slots (alone, --relaxation lattice); "
                    "aep: decay; fsedp: "
                    "num_microslices, theta_min, slack, and the hardware knobs "
@@ -46,12 +48,22 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u.add_argument("--loss", default="mean",
                    help="mean | p99 | throughput | forward (wafer: iteration time with "
                    "migration stalls)")
-    u.add_argument("--init", default="random", help="random | default | greedy")
+    u.add_argument("--init", default="random",
+                   help="random | default | greedy | eplb (ep replicas: start from EPLB)")
+    u.add_argument("--trace", default="",
+                   help="train on a recording (.npz, `moejax trace import`) instead of "
+                   "--trace-gen: its first --train-fraction of iterations train, the rest are "
+                   "the held-out evaluation (--traces / --eval-traces / --tokens unused)")
+    u.add_argument("--train-fraction", type=float, default=0.5,
+                   help="with --trace: share of the recording's iterations to train on")
+    u.add_argument("--per-layer", action="store_true",
+                   help="ep: one placement per trace layer (as EPLB plans them)")
     u.add_argument("--relaxation", default="expected",
                    help="expected | system | lattice (integer knobs: hard runs at the "
                    "integer neighbours) | smoothed (aep decay: Gaussian smoothing, "
                    "antithetic score-function gradient)")
-    u.add_argument("--capacity", type=int, default=0, help="experts per device (0: E/D)")
+    u.add_argument("--capacity", type=int, default=0,
+                   help="experts (placement) or slots (replicas) per device (0: E/D, E/D + 1)")
     u.add_argument("--budget", default="",
                    help="fsedp hardware params: 000 Eq. (1)-(2) coefficients, name=value,... "
                    "(area_limit_mm2, power_limit_w, sram_mm2_per_MiB, ucie_module_Bps, "
@@ -89,7 +101,8 @@ def config_from_args(cls, args):
                every=args.every,
                keep=args.keep, init=args.init, relaxation=args.relaxation,
                capacity=args.capacity, budget=args.budget, requests=args.requests,
-               rate_per_s=args.rate_per_s, workload=args.workload, samples=args.samples)
+               rate_per_s=args.rate_per_s, workload=args.workload, samples=args.samples,
+               trace=args.trace, train_fraction=args.train_fraction, per_layer=args.per_layer)
 
 
 def finish(args, cfg, res) -> int:

@@ -34,7 +34,7 @@ from moejax.tune.traces import fixed_popularity, sample_from_popularity
 
 LOSSES = ("mean", "p99", "throughput", "forward")
 RELAXATIONS = ("expected", "system", "lattice", "smoothed")
-INITS = ("default", "greedy", "random")
+INITS = ("default", "greedy", "random", "eplb")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +81,11 @@ class TuneConfig:
     rate_per_s: float = 200.0
     workload: str = "medium"
     samples: int = 2
+    # a recording (.npz, `moejax trace import`) instead of generated traces: its first
+    # `train_fraction` of iterations train (one trace per iteration), the rest are held out
+    trace: str = ""
+    train_fraction: float = 0.5
+    per_layer: bool = False  # ep: one placement per trace layer
 
     def __post_init__(self):
         if self.loss not in LOSSES:
@@ -108,6 +113,8 @@ class TuneConfig:
                               "aep (a discrete-event simulation) is tuned by smoothing")
         if not self.rate_per_s > 0:
             raise ConfigError(f"rate_per_s = {self.rate_per_s!r}; allowed: > 0")
+        if not 0 < self.train_fraction < 1:
+            raise ConfigError(f"train_fraction = {self.train_fraction!r}; allowed: in (0, 1)")
         object.__setattr__(self, "params", tuple(self.params))
         if self.budget:
             from moejax.tune.hardware import ChipletBudget
@@ -140,6 +147,11 @@ class Problem:
     load_e: np.ndarray
     optimizer: optax.GradientTransformation
     policy: object
+    load_le: np.ndarray | None = None  # [L, E] mean training load per layer
+
+    def baseline_load(self) -> np.ndarray:
+        """What the setup's baselines plan from: per-layer loads [L, E] or loads [E]."""
+        return self.load_le if self.setup.layer_loads else self.load_e
 
 
 def tau_at(cfg: TuneConfig, step):
@@ -168,11 +180,20 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
         from moejax.tune.hardware import ChipletBudget
 
         budget = ChipletBudget.parse(cfg.budget)
-    setup = targets.build_setup(s.policy, s.platform, s.model, cfg.iterations, cfg.params,
-                                cfg.capacity, budget)
+    recording = recording_split(cfg, s.model) if cfg.trace else None
+    layers = cfg.layers if recording is None else recording[0].num_layers
+    iterations = cfg.iterations if recording is None else 1
+    setup = targets.build_setup(s.policy, s.platform, s.model, iterations, cfg.params,
+                                cfg.capacity, budget,
+                                num_layers=layers if cfg.per_layer else 0)
     train = heldout = None
     load_e = np.ones(s.model.num_experts)
-    if traces:
+    load_le = np.ones((layers, s.model.num_experts))
+    if recording is not None:
+        train, heldout = recording if traces else (None, None)
+        load_le = np.asarray(recording[0].counts.mean(axis=(0, 1)))
+        load_e = load_le.mean(0)
+    elif traces:
         k_pop, k_train, k_eval = jax.random.split(jax.random.key(cfg.seed), 3)
         pop = fixed_popularity(cfg.trace_gen, k_pop, iterations=cfg.iterations,
                                layers=cfg.layers, num_experts=s.model.num_experts)
@@ -180,7 +201,33 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
         train = sample_from_popularity(pop, k_train, num_traces=cfg.traces, **kw)
         heldout = sample_from_popularity(pop, k_eval, num_traces=cfg.eval_traces, **kw)
         load_e = np.asarray(train.counts.mean(axis=(0, 1, 2)))
-    return Problem(cfg, setup, train, heldout, load_e, make_optimizer(cfg), s.policy)
+        load_le = np.asarray(train.counts.mean(axis=(0, 1)))
+    return Problem(cfg, setup, train, heldout, load_e, make_optimizer(cfg), s.policy, load_le)
+
+
+def recording_split(cfg: TuneConfig, model):
+    """(train, held-out) traces of the recording `cfg.trace`: one trace per iteration, the
+    first `train_fraction` of the iterations train, the rest are held out (never mixed)."""
+    from moejax.api import check_trace_fits
+    from moejax.trace import io as trace_io
+
+    rec, _ = trace_io.load(cfg.trace)
+    if rec.batch_shape:  # traces of a batch in turn: one iteration axis
+        rec = jax.tree_util.tree_map(lambda x: x.reshape(-1, *x.shape[2:]), rec)
+    check_trace_fits(rec, model, False, cfg.system)
+    n = rec.num_iterations
+    cut = int(round(n * cfg.train_fraction))
+    if not 1 <= cut < n:
+        raise ConfigError(f"train_fraction = {cfg.train_fraction}: {cfg.trace} has {n} "
+                          f"iterations, leaving {cut} to train on and {n - cut} held out; "
+                          "allowed: a split with at least one of each")
+    per_iter = jax.tree_util.tree_map(lambda x: jnp.asarray(x)[:, None], rec)  # [I, 1, ...]
+    train = jax.tree_util.tree_map(lambda x: x[:cut], per_iter)
+    heldout = jax.tree_util.tree_map(lambda x: x[cut:], per_iter)
+    if cfg.batch > cut:
+        raise ConfigError(f"batch = {cfg.batch}; allowed: <= {cut} (training iterations of "
+                          f"{cfg.trace})")
+    return train, heldout
 
 
 def make_optimizer(cfg: TuneConfig) -> optax.GradientTransformation:
@@ -194,11 +241,15 @@ def initial_raw(prob: Problem) -> dict:
     """Raw parameters at step 0, from the policy default, the greedy heuristic or noise."""
     cfg, setup = prob.cfg, prob.setup
     keys = jax.random.split(jax.random.fold_in(jax.random.key(cfg.seed), 1), len(setup.families))
-    greedy = setup.baselines(prob.load_e).get("greedy-balanced", {})
+    base = setup.baselines(prob.baseline_load()) if cfg.init in ("greedy", "eplb") else {}
+    greedy = base.get("greedy-balanced", {})
+    eplb = next((v for k, v in base.items() if k.startswith("eplb")), {})
+    if cfg.init == "eplb" and not eplb:
+        raise ConfigError("init = 'eplb': only the ep replicas param has an EPLB baseline")
     raw = {}
     for key, (name, f) in zip(keys, setup.families.items(), strict=True):
         start = {"default": setup.defaults.get(name), "greedy": greedy.get(name),
-                 "random": None}[cfg.init]
+                 "eplb": eplb.get(name), "random": None}[cfg.init]
         if start is not None and hasattr(f, "one_hot"):
             start = f.one_hot(start)
         raw[name] = f.init(key, start)
@@ -334,9 +385,11 @@ def make_update(prob: Problem):
     k_batch = jax.random.fold_in(jax.random.key(cfg.seed), 2)
     k_noise = jax.random.fold_in(jax.random.key(cfg.seed), 3)
 
+    pool = engine.batch_size(train)  # cfg.traces, or a recording's training iterations
+
     @jax.jit
     def update(raw, opt_state, step):
-        idx = jax.random.permutation(jax.random.fold_in(k_batch, step), cfg.traces)[:cfg.batch]
+        idx = jax.random.permutation(jax.random.fold_in(k_batch, step), pool)[:cfg.batch]
         batch = jax.tree_util.tree_map(lambda x: x[idx], train)
         tau = tau_at(cfg, step)
         loss, grads = jax.value_and_grad(objective)(raw, batch, tau,
@@ -459,11 +512,14 @@ def evaluate_values(prob: Problem, hard: dict, traces=None) -> dict:
     if "migrations" in out:  # wafer: iteration time with migration stalls, copies moved
         res["forward_s"] = np.asarray(out["forward_s"])
         res["migrations"] = np.asarray(out["migrations"])
-    if "placement" in hard:
-        place = np.eye(setup.families["placement"].num_devices)[np.asarray(hard["placement"])]
-        load = np.asarray(traces.counts) @ place  # [T, I, L, D]
-        ratio = load.max(-1) / np.maximum(load.mean(-1), 1e-9)
-        res["max_load_ratio"] = ratio.mean(axis=(1, 2))
+    for name, f in setup.families.items():
+        if name in hard and hasattr(f, "shares_of"):  # placements: [(L,) E, D] shares
+            place = f.shares_of(hard[name])
+            counts = np.asarray(traces.counts)  # [T, I, L, E]
+            load = (np.einsum("tile,led->tild", counts, place) if place.ndim == 3
+                    else counts @ place)  # [T, I, L, D]
+            ratio = load.max(-1) / np.maximum(load.mean(-1), 1e-9)
+            res["max_load_ratio"] = ratio.mean(axis=(1, 2))
     return res
 
 
@@ -482,7 +538,7 @@ def summarize(res: dict) -> dict:
 def evaluate(prob: Problem, hard: dict) -> dict:
     """Summaries of the tuned values, the policy default and each baseline heuristic."""
     rows = {"tuned": hard, "default": dict(prob.setup.defaults)}
-    rows.update(prob.setup.baselines(prob.load_e))
+    rows.update(prob.setup.baselines(prob.baseline_load()))
     out = {}
     for name, values in rows.items():
         values = {k: v for k, v in values.items() if k in prob.setup.families}

@@ -45,6 +45,7 @@ class Placement:
     slots, so capacity is an upper bound rather than an exact count. Hard: the assignment
     that maximizes the sum of log plan entries under the same capacities (a Hungarian
     assignment over capacity-replicated device slots), i.e. the MAP rounding of the plan.
+    `num_layers` > 0: one placement per trace layer (raw [L, E, D], hard ids [L, E]).
     """
 
     num_experts: int
@@ -53,6 +54,7 @@ class Placement:
     sinkhorn_iters: int = 40
     init_scale: float = 3.0  # logit margin of a starting placement
     name: str = "placement"
+    num_layers: int = 0
 
     def __post_init__(self):
         e, d, c = self.num_experts, self.num_devices, self.capacity
@@ -67,55 +69,223 @@ class Placement:
     def slack(self) -> int:
         return self.capacity * self.num_devices - self.num_experts
 
+    @property
+    def lead(self) -> tuple[int, ...]:
+        """The leading layer axis of raw and hard values, if any."""
+        return (self.num_layers,) if self.num_layers else ()
+
     def init(self, key, start=None) -> jax.Array:
-        """Raw logits [E, D]: `init_scale` * one-hot(start) (or 0) + small noise."""
-        shape = (self.num_experts, self.num_devices)
+        """Raw logits [(L,) E, D]: `init_scale` * one-hot(start) (or 0) + small noise."""
+        shape = (*self.lead, self.num_experts, self.num_devices)
         noise = 0.01 * jax.random.normal(key, shape, jnp.float32)
         if start is None:
             return noise
-        return self.init_scale * jnp.asarray(start, jnp.float32) + noise
+        return self.init_scale * jnp.broadcast_to(jnp.asarray(start, jnp.float32), shape) + noise
 
-    def relaxed(self, raw, tau) -> jax.Array:
-        """Soft placement [E, D] (rows sum to 1, columns <= capacity) at temperature tau > 0."""
+    def _plan(self, raw, tau) -> jax.Array:
         e, d = self.num_experts, self.num_devices
         logits, rows = raw, jnp.ones(e)
         if self.slack > 0:
             logits = jnp.concatenate([raw, jnp.zeros((1, d), raw.dtype)])
             rows = jnp.concatenate([rows, jnp.full(1, float(self.slack))])
         cols = jnp.full(d, float(self.capacity))
-        tau = jnp.maximum(jnp.asarray(tau, jnp.float32), 1e-4)
         return relax.sinkhorn(logits, tau, rows, cols, self.sinkhorn_iters)[:e]
 
+    def relaxed(self, raw, tau) -> jax.Array:
+        """Soft placement [(L,) E, D] (rows sum to 1, columns <= capacity) at tau > 0."""
+        tau = jnp.maximum(jnp.asarray(tau, jnp.float32), 1e-4)
+        if self.num_layers:
+            return jax.vmap(lambda r: self._plan(r, tau))(raw)
+        return self._plan(raw, tau)
+
     def hard(self, raw, tau) -> np.ndarray:
-        """Device id of each expert, int [E]: MAP assignment of the plan at temperature tau."""
+        """Device id of each expert, int [(L,) E]: MAP assignment of the plan at tau."""
         from scipy.optimize import linear_sum_assignment
 
         plan = np.asarray(self.relaxed(jnp.asarray(raw), tau), np.float64)
-        score = np.log(np.maximum(plan, 1e-30))
         slots = np.repeat(np.arange(self.num_devices), self.capacity)  # [D * capacity]
-        rows, cols = linear_sum_assignment(-score[:, slots])
-        ids = np.empty(self.num_experts, np.int64)
-        ids[rows] = slots[cols]
-        return ids
+
+        def one(p):
+            rows, cols = linear_sum_assignment(-np.log(np.maximum(p, 1e-30))[:, slots])
+            ids = np.empty(self.num_experts, np.int64)
+            ids[rows] = slots[cols]
+            return ids
+
+        return np.stack([one(p) for p in plan]) if self.num_layers else one(plan)
 
     def one_hot(self, ids) -> jax.Array:
-        """[E, D] float32 placement from device ids [E]."""
+        """[(L,) E, D] float32 placement from device ids [(L,) E]."""
         return jax.nn.one_hot(jnp.asarray(ids), self.num_devices, dtype=jnp.float32)
+
+    def as_value(self, ids) -> jax.Array:
+        """The array `Setup.apply` takes for hard ids (the one-hot placement)."""
+        return self.one_hot(ids)
+
+    def shares_of(self, ids) -> np.ndarray:
+        """Token shares [(L,) E, D] of hard ids (one-hot)."""
+        return np.eye(self.num_devices)[np.asarray(ids)]
 
     def penalty(self, value) -> jax.Array:
         """Experts over capacity (0 for a converged plan): sum of relu(column - capacity)."""
-        return jax.nn.relu(value.sum(0) - self.capacity).sum()
+        return jax.nn.relu(value.sum(-2) - self.capacity).sum()
 
     def check(self, ids) -> None:
-        """ConfigError unless ids [E] are device ids within capacity."""
+        """ConfigError unless ids [(L,) E] are device ids within capacity."""
         ids = np.asarray(ids)
-        if ids.shape != (self.num_experts,) or ((ids < 0) | (ids >= self.num_devices)).any():
-            raise ConfigError(f"placement: expected {self.num_experts} device ids in "
+        shape = (*self.lead, self.num_experts)
+        if ids.shape != shape or ((ids < 0) | (ids >= self.num_devices)).any():
+            raise ConfigError(f"placement: expected {shape} device ids in "
                               f"[0, {self.num_devices}), got shape {ids.shape}")
-        load = np.bincount(ids, minlength=self.num_devices)
-        if load.max() > self.capacity:
-            raise ConfigError(f"placement: device {int(load.argmax())} holds {load.max()} "
-                              f"experts; allowed: at most capacity = {self.capacity}")
+        for row in ids.reshape(-1, self.num_experts):
+            load = np.bincount(row, minlength=self.num_devices)
+            if load.max() > self.capacity:
+                raise ConfigError(f"placement: device {int(load.argmax())} holds {load.max()} "
+                                  f"experts; allowed: at most capacity = {self.capacity}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaPlacement:
+    """Expert replicas on `slots` slots per device, and the share of tokens each serves.
+
+    Every slot holds one expert (S = D * slots in all, as EPLB fills them), each expert at
+    least one and at most D replicas. Raw [(L,) E, 2 D + 1] = [slot logits | share logits |
+    replica logit]. Relaxed: replicas per expert n = 1 + (S - E) softmax(replica logits);
+    slot occupancy Y [E, D] = Sinkhorn(slot logits / tau) with rows n and columns `slots`
+    (relax.sinkhorn, the capacity-as-slots transport); the share of expert e's tokens one
+    replica on d serves r[e, d] = exp(s[e, d]) / sum_d' Y[e, d'] exp(s[e, d']), so the token
+    shares P = Y r sum to 1 (s = 0: the even split of `moejax.placement.slots`). Hard: n by
+    largest remainders (>= 1, <= D, summing to S); Y the 0/1 matrix with those rows and
+    columns maximizing sum Y log Y_relaxed (a transportation LP, integral at its optimum:
+    HiGHS); P = Y r. A value is {"shares": P, "occupancy": Y, "per_replica": r}; the hard
+    value is the share matrix P.
+    """
+
+    num_experts: int
+    num_devices: int
+    slots: int
+    num_layers: int = 0
+    sinkhorn_iters: int = 40
+    init_scale: float = 3.0
+    name: str = "replicas"
+
+    def __post_init__(self):
+        e, d, s = self.num_experts, self.num_devices, self.slots
+        if min(e, d, s) < 1 or s * d < e or s > e:
+            raise ConfigError(f"replicas: slots = {s} per device for {e} experts on {d} "
+                              f"devices; allowed: {-(-e // d)} .. {e}")
+
+    @property
+    def lead(self) -> tuple[int, ...]:
+        return (self.num_layers,) if self.num_layers else ()
+
+    @property
+    def extra(self) -> int:
+        """Replicas beyond one per expert: S - E."""
+        return self.slots * self.num_devices - self.num_experts
+
+    def init(self, key, start=None) -> jax.Array:
+        """Raw [(L,) E, 2 D + 1]; `start` a share matrix [(L,) E, D] (its hosts and replica
+        counts, even shares), or None (random slots, equal replica counts)."""
+        e, d = self.num_experts, self.num_devices
+        shape = (*self.lead, e, d)
+        noise = 0.01 * jax.random.normal(key, shape, jnp.float32)
+        if start is None:
+            logits, rep = noise, jnp.zeros((*self.lead, e, 1))
+        else:
+            hosts = (jnp.broadcast_to(jnp.asarray(start, jnp.float32), shape) > 0)
+            hosts = hosts.astype(jnp.float32)
+            logits = self.init_scale * hosts + noise
+            rep = jnp.log(jnp.maximum(hosts.sum(-1, keepdims=True) - 1.0, 1e-3))
+        return jnp.concatenate([logits, jnp.zeros(shape), rep], -1)
+
+    def _split(self, raw):
+        d = self.num_devices
+        return raw[..., :d], raw[..., d:2 * d], raw[..., 2 * d]
+
+    def replica_counts(self, rep_logits) -> jax.Array:
+        """Relaxed replicas per expert [(L,) E], summing to S."""
+        return 1.0 + self.extra * jax.nn.softmax(rep_logits, axis=-1)
+
+    def _value(self, occ, share_logits):
+        e_s = jnp.exp(share_logits - share_logits.max(-1, keepdims=True))
+        per = e_s / jnp.maximum((occ * e_s).sum(-1, keepdims=True), 1e-30)
+        return {"shares": occ * per, "occupancy": occ, "per_replica": per}
+
+    def relaxed(self, raw, tau) -> dict:
+        tau = jnp.maximum(jnp.asarray(tau, jnp.float32), 1e-4)
+        logits, share_logits, rep = self._split(raw)
+        cols = jnp.full(self.num_devices, float(self.slots))
+
+        def plan(lg, n):
+            return relax.sinkhorn(lg, tau, n, cols, self.sinkhorn_iters)
+
+        n = self.replica_counts(rep)
+        occ = jax.vmap(plan)(logits, n) if self.num_layers else plan(logits, n)
+        return self._value(occ, share_logits)
+
+    def hard_counts(self, n_relaxed) -> np.ndarray:
+        """Integer replicas per expert [E]: largest remainders of n, each in [1, D], sum S."""
+        n = np.clip(np.asarray(n_relaxed, np.float64), 1.0, self.num_devices)
+        out = np.floor(n).astype(np.int64)
+        for e in np.argsort(-(n - out), kind="stable"):  # once per layer, host side
+            if out.sum() >= self.slots * self.num_devices:
+                break
+            if out[e] < self.num_devices:
+                out[e] += 1
+        while out.sum() < self.slots * self.num_devices:  # remainders ran out: most room
+            out[int(np.argmax(np.where(out < self.num_devices, n - out + 1, -np.inf)))] += 1
+        return out
+
+    def hard_occupancy(self, occ_relaxed, counts) -> np.ndarray:
+        """0/1 slots [E, D] with rows `counts`, columns `slots`, maximizing sum Y log Y_r."""
+        from scipy.optimize import linprog
+
+        e, d = self.num_experts, self.num_devices
+        score = np.log(np.maximum(np.asarray(occ_relaxed, np.float64), 1e-30)).ravel()
+        rows = np.kron(np.eye(e), np.ones((1, d)))
+        cols = np.kron(np.ones((1, e)), np.eye(d))
+        res = linprog(-score, A_eq=np.vstack([rows, cols]),
+                      b_eq=np.concatenate([counts, np.full(d, self.slots)]),
+                      bounds=(0, 1), method="highs")
+        if res.status != 0:
+            raise ConfigError(f"replicas: no 0/1 slot assignment for counts {counts.tolist()}")
+        return np.round(res.x).reshape(e, d)
+
+    def hard(self, raw, tau) -> np.ndarray:
+        """Token shares [(L,) E, D] of the rounded placement (rows sum to 1)."""
+        raw = jnp.asarray(raw)
+        value = self.relaxed(raw, tau)
+        _, share_logits, rep = self._split(raw)
+        occ_r = np.asarray(value["occupancy"]).reshape(-1, self.num_experts, self.num_devices)
+        n_r = np.asarray(self.replica_counts(rep)).reshape(-1, self.num_experts)
+        occ = np.stack([self.hard_occupancy(o, self.hard_counts(n)) for o, n in zip(
+            occ_r, n_r, strict=True)]).reshape(*self.lead, self.num_experts, self.num_devices)
+        return np.asarray(self._value(jnp.asarray(occ, jnp.float32), share_logits)["shares"],
+                          np.float64)
+
+    def as_value(self, shares) -> dict:
+        """The value `Setup.apply` takes for a hard share matrix."""
+        p = jnp.asarray(shares, jnp.float32)
+        occ = (p > 0).astype(jnp.float32)
+        return {"shares": p, "occupancy": occ,
+                "per_replica": jnp.where(occ > 0, p, 0.0)}
+
+    def shares_of(self, shares) -> np.ndarray:
+        return np.asarray(shares, np.float64)
+
+    def penalty(self, value) -> jax.Array:
+        """Slots over capacity (0 for a converged plan)."""
+        return jax.nn.relu(value["occupancy"].sum(-2) - self.slots).sum()
+
+    def check(self, shares) -> None:
+        """ConfigError unless shares [(L,) E, D] conserve tokens and fit the slots."""
+        from moejax.placement.slots import check_capacity
+
+        p = np.asarray(shares)
+        if p.shape != (*self.lead, self.num_experts, self.num_devices):
+            raise ConfigError(f"replicas: expected shares of shape "
+                              f"{(*self.lead, self.num_experts, self.num_devices)}, got {p.shape}")
+        check_capacity(p, self.slots)
 
 
 def contiguous_ids(num_experts: int, num_devices: int) -> np.ndarray:

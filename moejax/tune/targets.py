@@ -60,6 +60,8 @@ class Setup:
     # base params) per integer value lo..hi of its family, built separately
     structural: str | None = None
     variants: tuple = ()
+    # baselines take per-layer loads [L, E] (placements with a layer axis) instead of [E]
+    layer_loads: bool = False
 
     def system_for(self, hard: dict):
         """(System, base params) that evaluate hard values (the variant of a structural
@@ -74,7 +76,7 @@ class Setup:
         out = {}
         for k, v in hard.items():
             f = self.families[k]
-            out[k] = f.one_hot(v) if isinstance(f, fam.Placement) else jnp.float32(v)
+            out[k] = f.as_value(v) if hasattr(f, "as_value") else jnp.float32(v)
         return out
 
     def feasible_grid(self, grid: dict) -> dict:
@@ -91,44 +93,84 @@ class Target:
     build: Callable  # (platform, model, policy, num_iterations, names, capacity) -> Setup
 
 
-def _ep_setup(platform, model, policy, num_iterations, names, capacity=0) -> Setup:
-    """Synchronous EP (moejax.systems.ep): placement [E, D] one expert per row (no replicas,
+def _ep_setup(platform, model, policy, num_iterations, names, capacity=0,
+              num_layers=0) -> Setup:
+    """Synchronous EP (moejax.systems.ep). `placement`: one device per expert (no replicas,
     the policy format's `placement = [device id per expert]`), at most `capacity` experts
-    per device (default: ceil(E / D), the memory EP sizes each device for)."""
+    per device (default: ceil(E / D), the memory EP sizes each device for). `replicas`
+    (`params.ReplicaPlacement`): experts replicated into `capacity` slots per device
+    (default ceil(E / D) + 1: one redundant slot, DeepSeek-V3's prefill deployment) with
+    learned token shares; exported as replica device lists and `replica_shares`.
+    `num_layers` > 0: one placement per trace layer (as EPLB plans them). Baselines:
+    contiguous, round-robin, greedy (per layer when per-layer) and, for replicas, EPLB
+    (`moejax.placement.eplb`, global) at the same slot budget."""
+    from moejax.placement import eplb, slots
     from moejax.systems import ep
 
+    if {"placement", "replicas"} <= set(names):
+        raise ConfigError("param: placement and replicas are alternatives; tune one")
     system, base = ep.from_policy(platform, model, policy.options_table(), num_iterations)
     e, d = model.num_experts, platform.num_devices
     cap = capacity or -(-e // d)
-    placement = fam.Placement(e, d, cap)
-    families = {"placement": placement}
+    rep_slots = capacity or slots.slots_per_device(e, d, 1)
+    families = {"placement": fam.Placement(e, d, cap, num_layers=num_layers),
+                "replicas": fam.ReplicaPlacement(e, d, rep_slots, num_layers=num_layers)}
     default_ids = np.asarray(base.placement).argmax(-1)
+    if num_layers:
+        default_ids = np.broadcast_to(default_ids, (num_layers, e))
+    lead = (num_layers,) if num_layers else ()
 
     def apply(base, values, tau):
-        return base.replace(placement=values.get("placement", base.placement),
+        v = values.get("replicas", values.get("placement", base.placement))
+        return base.replace(placement=v["shares"] if isinstance(v, dict) else v,
                             tau=jnp.asarray(tau, jnp.float32))
 
+    def per_layer(load):
+        load = np.asarray(load, np.float64)
+        return np.broadcast_to(load, (*lead, e)) if load.ndim == 1 else load
+
     def baselines(load_e):
-        return {
-            "contiguous": {"placement": fam.contiguous_ids(e, d)},
-            "round-robin": {"placement": fam.round_robin_ids(e, d)},
-            "greedy-balanced": {"placement": fam.greedy_balanced_ids(load_e, d, cap)},
-        }
+        load = per_layer(load_e)
+        greedy = (np.stack([fam.greedy_balanced_ids(x, d, cap) for x in load]) if num_layers
+                  else fam.greedy_balanced_ids(load, d, cap))
+        ids = {"contiguous": np.broadcast_to(fam.contiguous_ids(e, d), (*lead, e)),
+               "round-robin": np.broadcast_to(fam.round_robin_ids(e, d), (*lead, e)),
+               "greedy-balanced": greedy}
+        if "replicas" not in names:
+            return {k: {"placement": v} for k, v in ids.items()}
+        out = {k: {"replicas": np.eye(d)[v]} for k, v in ids.items()}
+        w = load.reshape(-1, e)
+        phy2log, _, _ = eplb.rebalance(w, rep_slots * d, 1, 1, d, "global")
+        out[f"eplb ({rep_slots} slots)"] = {"replicas": np.asarray(
+            slots.layout_shares(phy2log, e, d)).reshape(*lead, e, d)}
+        return out
 
     def options(hard):
-        return {"placement": [int(x) for x in hard["placement"]]}
+        if "placement" in hard:
+            return {"placement": np.asarray(hard["placement"]).tolist()}
+        p = np.asarray(hard["replicas"])
+
+        def lists(q):  # [E, D] -> replica device lists and their shares
+            devs = [np.flatnonzero(row > 0).tolist() for row in q]
+            return devs, [[float(row[x]) for x in ds] for row, ds in zip(q, devs, strict=True)]
+
+        pairs = [lists(q) for q in p] if num_layers else [lists(p)]
+        devs, shares = [x[0] for x in pairs], [x[1] for x in pairs]
+        return ({"placement": devs, "replica_shares": shares} if num_layers
+                else {"placement": devs[0], "replica_shares": shares[0]})
 
     opts = {k: v for k, v in dict(policy.options).items()
             if k in ("attention", "tp_size", "context_len")}
     cfg = ep.make_config(platform, model, **opts)
+    defaults = {"placement": default_ids, "replicas": np.eye(d)[default_ids]}
     return Setup(system, base, {k: families[k] for k in names}, apply,
-                 {"placement": default_ids}, baselines, options,
-                 functools.partial(_ep_expected, cfg, base))
+                 {k: defaults[k] for k in names}, baselines, options,
+                 functools.partial(_ep_expected, cfg, base), layer_loads=bool(num_layers))
 
 
 def _ep_expected(cfg, base, values, traces, tau):
-    """Mean MoE-layer latency per trace [T] of synchronous EP, the placement [E, D] read as a
-    distribution over devices (each expert on one device; rows are probabilities).
+    """Mean MoE-layer latency per trace [T] of synchronous EP, the placement [(L,) E, D] read
+    as a distribution over devices (each expert on one device; rows are probabilities).
 
     EP's own relaxed mode reads a fractional placement as replicas that split an expert's
     tokens (each replica pays a weight load), which makes any spread cost more than a move
@@ -137,27 +179,55 @@ def _ep_expected(cfg, base, values, traces, tau):
     (`ep.expert_time_s` on a diagonal), and the dispatch / combine traffic is EP's own
     (`ep.layer_demand`, linear in P); the slowest device and the all-to-all use EP's rules
     at temperature tau. For a one-hot P this equals `ep.moe_layer` in hard mode (tested).
+
+    Replicas (`values["replicas"]`, a `ReplicaPlacement` value): device d runs
+    sum_e Y[e, d] max(compute(n_e r[e, d]), positive(n_e r[e, d]) * weight load), each of
+    its (relaxed) replicas with its share of the tokens and its own weight load, the
+    traffic from the shares P; for a 0/1 occupancy this is `ep.moe_layer` in hard mode.
     """
+    from moejax import relax as rx
     from moejax.physics import collectives
+    from moejax.physics.roofline import compute_time_s, memory_time_s
     from moejax.systems import ep
 
-    params = base.replace(placement=values["placement"], tau=jnp.asarray(tau, jnp.float32))
-    tau_s = params.tau * ep.time_scale_s(cfg)
+    rep = values.get("replicas")
+    place = rep["shares"] if rep is not None else values["placement"]
+    tau = jnp.asarray(tau, jnp.float32)
+    tau_s = tau * ep.time_scale_s(cfg)
+    m, dev = cfg.model, cfg.platform.device
 
-    def layer(ids, mask, counts):
+    def busy_of(counts, p, occ, per):
+        if occ is None:
+            w_e, _ = ep.expert_time_s(cfg, jnp.diag(counts), 0.0)  # [E] hard, all tokens
+            return p.T @ w_e
+        tok = counts[:, None] * per  # [E, D] tokens of one replica
+        comp = compute_time_s(tok * m.expert_flops_per_token, dev.flops(cfg.dtype))
+        mem = memory_time_s(rx.positive(tok, tau) * m.expert_weight_bytes, dev.memory_Bps)
+        return (occ * rx.maximum(comp, mem, tau_s)).sum(0)
+
+    def layer(ids, mask, counts, p, occ, per):
+        params = base.replace(placement=p, tau=tau)
         traffic, _ = ep.layer_demand(cfg, params, ids, mask, counts)
-        w_e, _ = ep.expert_time_s(cfg, jnp.diag(counts), 0.0)  # [E] hard, all tokens
         n_tok = counts.sum() / cfg.model.top_k
         t_sh, _ = ep.shared_time_s(cfg, ep.owned_tokens(cfg, mask, n_tok), tau_s)
-        busy = params.placement.T @ w_e + t_sh
+        busy = busy_of(counts, p, occ, per) + t_sh
         return (collectives.all_to_all_time_s(traffic, cfg.topo, tau_s)
                 + relax.max(busy, tau_s)
                 + collectives.all_to_all_time_s(traffic.T, cfg.topo, tau_s))
 
+    occ = None if rep is None else rep["occupancy"]
+    per = None if rep is None else rep["per_replica"]
+    by_layer = place.ndim == 3
+
     def one_trace(tr):
         def iteration(ids, mask, counts):  # [L, N, K], [N], [L, E]
-            lat = jax.vmap(lambda i, c: layer(i, mask, c))(ids, counts).mean()
-            return lat, (counts[0].sum() > 0).astype(jnp.float32)
+            if by_layer:
+                lat = jax.vmap(lambda i, c, p, o, r: layer(i, mask, c, p, o, r))(
+                    ids, counts, place, occ, per) if occ is not None else jax.vmap(
+                    lambda i, c, p: layer(i, mask, c, p, None, None))(ids, counts, place)
+            else:
+                lat = jax.vmap(lambda i, c: layer(i, mask, c, place, occ, per))(ids, counts)
+            return lat.mean(), (counts[0].sum() > 0).astype(jnp.float32)
 
         lat, real = jax.vmap(iteration)(tr.expert_ids, tr.token_mask, tr.counts)
         return (lat * real).sum() / jnp.maximum(real.sum(), 1.0)
@@ -362,7 +432,7 @@ def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
 
 
 TARGETS: dict[str, Target] = {
-    "ep": Target("ep", ("placement",), _ep_setup),
+    "ep": Target("ep", ("placement", "replicas"), _ep_setup),
     "fsedp": Target("fsedp", ("num_microslices", "theta_min", "slack", "weight_buffer_bytes",
                               "ddr_Bps", "link_Bps"), _fsedp_setup),
     "wafer": Target("wafer", ("placement", "alpha", "shadow_slots"), _wafer_setup),
@@ -375,9 +445,10 @@ DEFAULT_POLICY = {"ep": "ep", "fsedp": "fsedp", "wafer": "ep-baseline-map",
 
 
 def build_setup(policy, platform, model, num_iterations: int, names, capacity: int = 0,
-                budget=None):
+                budget=None, num_layers: int = 0):
     """The Setup of `policy`'s system; errors name unknown systems or parameters. `budget`:
-    a `moejax.tune.hardware.ChipletBudget` for the fsedp hardware params (None: default)."""
+    a `moejax.tune.hardware.ChipletBudget` for the fsedp hardware params (None: default).
+    `num_layers` > 0: one placement per trace layer (ep only)."""
     if policy.system not in TARGETS:
         raise UnknownNameError("tunable system", policy.system, TARGETS)
     target = TARGETS[policy.system]
@@ -388,6 +459,11 @@ def build_setup(policy, platform, model, num_iterations: int, names, capacity: i
     for n in names:
         if n not in target.params:
             raise UnknownNameError(f"{target.system} parameter", n, target.params)
+    if num_layers:
+        if target.system != "ep":
+            raise ConfigError(f"per-layer placements: ep only, not {target.system}")
+        return target.build(platform, model, policy, num_iterations, names, capacity,
+                            num_layers=num_layers)
     if budget is None:
         return target.build(platform, model, policy, num_iterations, names, capacity)
     if target.system != "fsedp":

@@ -1,0 +1,125 @@
+"""Rebalancing EP (moejax.systems.rebalancing): plain reference, schedule, window, migration
+modes, params sweep == runs, replicas in EP, bad input through the CLI."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import make_model, make_platform, random_trace
+
+from moejax import cli, engine
+from moejax.errors import ConfigError
+from moejax.placement import migration, slots
+from moejax.schema import Table
+from moejax.systems import ep, ep_reference, rebalancing, rebalancing_reference
+
+ITERS = 6
+
+
+def _cfg(mode="blocking", window=2):
+    return rebalancing.make_config(make_platform("hierarchical"), make_model(num_experts=8),
+                                   redundant_slots=1, migration=mode, max_window=window)
+
+
+def _trace():
+    return random_trace(jax.random.key(4), 1, ITERS, 2, 16, 8, 2)
+
+
+def test_params_sweep_matches_plain_reference():
+    # one vmapped sweep over (interval, window), each point against the plain reference
+    cfg, tr = _cfg(window=3), _trace()
+    grid = ((2, 2), (1, 3), (0, 2))
+    params = engine.stack_params([rebalancing.default_params(cfg, r, w) for r, w in grid])
+    out = jax.tree_util.tree_map(np.asarray, engine.simulate(rebalancing.build(cfg, ITERS),
+                                                             params, tr, sweep=True))
+    initial = np.asarray(ep.contiguous_placement(8, 4))
+    for i, (r, w) in enumerate(grid):
+        ref = rebalancing_reference.run(cfg, r, w, initial, tr[0])
+        np.testing.assert_allclose(out["layer_latency_per_iter_s"][i, 0], ref["latency"],
+                                   rtol=2e-5)
+        assert out["replans"][i, 0] == ref["replans"] == {0: 2, 1: 3, 2: 1}[i]
+        np.testing.assert_allclose(out["migration_bytes"][i, 0], ref["moved_bytes"], rtol=1e-5)
+        np.testing.assert_allclose(out["migration_s"][i, 0], ref["move_s"], rtol=2e-5)
+        np.testing.assert_allclose(out["stall_s"][i, 0] * ITERS, ref["stall_s"], rtol=2e-5)
+        assert ref["moved_bytes"] > 0
+        for p in ref["placements"]:  # slot capacity and token conservation
+            slots.check_capacity(p, cfg.slots_per_device)
+
+
+def test_migration_modes_order_the_stalls():
+    move, fwd, comm = jnp.float32(3.0), jnp.float32(2.5), jnp.float32(0.5)
+    assert float(rebalancing.stall_s("blocking", move, fwd, comm)) == 3.0
+    assert float(rebalancing.stall_s("overlapped", move, fwd, comm)) == 1.0  # 3 - (2.5 - 0.5)
+    assert float(rebalancing.stall_s("overlapped", move, 9.0, comm)) == 0.0
+    assert float(rebalancing.stall_s("free", move, fwd, comm)) == 0.0
+
+
+def test_schedule_and_window():
+    t = jnp.arange(12, dtype=jnp.float32)
+    np.testing.assert_array_equal(np.flatnonzero(rebalancing.replan_now(t, 3.0, 2.0)),
+                                  [2, 5, 8, 11])
+    np.testing.assert_array_equal(np.flatnonzero(rebalancing.replan_now(t, 0.0, 4.0)), [4])
+    ring = jnp.zeros((4, 1)).at[jnp.arange(4) % 4].set(jnp.arange(4.0)[:, None] + 10)
+    # at t = 6 (steps 0..5 written mod 4: entries hold steps 4, 5, 2, 3) the last 3 are 5, 4, 3
+    ring = ring.at[0].set(14.0).at[1].set(15.0)
+    np.testing.assert_allclose(rebalancing.window_mean(ring, 6, 3.0), [(15 + 14 + 13) / 3])
+
+
+def test_nearest_holder_copies_stay_in_the_node():
+    topo = _cfg().ep.topo  # 2 nodes x 2 devices
+    old = jnp.array([[1.0, 0, 1.0, 0]])  # the expert on device 0 (node 0) and 2 (node 1)
+    new = jnp.array([[1.0, 1.0, 1.0, 1.0]])
+    t = np.asarray(migration.traffic_bytes(old, new, topo.path_latency_s, 1.0))
+    np.testing.assert_allclose(t[0, 1], 1.0)  # device 1 copies from 0, its node
+    np.testing.assert_allclose(t[2, 3], 1.0)  # device 3 from 2
+    assert t.sum() == 2.0
+
+
+def test_ep_replicas_match_reference_and_conserve_tokens():
+    cfg = ep.make_config(make_platform("switch"), make_model(num_experts=8))
+    rng = np.random.default_rng(0)
+    place = np.zeros((2, 8, 4))
+    for l in range(2):  # two replicas of expert 0 (60 / 40), the rest one each
+        for e in range(8):
+            place[l, e, (e + l) % 4] = 1.0
+        place[l, 0] = 0.0
+        place[l, 0, rng.choice(4, 2, replace=False)] = (0.6, 0.4)
+    tr = random_trace(jax.random.key(5), 2, 2, 2, 24, 8, 2)
+    out = engine.simulate(ep.build(cfg, 2), ep.EPParams(placement=jnp.asarray(place)), tr)
+    ref = ep_reference.layer_latency(cfg, place, tr.expert_ids, tr.token_mask, tr.counts)
+    np.testing.assert_allclose(np.asarray(out["latency_s"]), ref, rtol=2e-5)
+    counts = np.asarray(tr.counts)  # [T, I, L, E]: tokens per device sum to the tokens
+    np.testing.assert_allclose(np.einsum("tile,led->tild", counts, place).sum(-1),
+                               counts.sum(-1), rtol=1e-6)
+
+
+def test_policy_replica_lists():
+    t = Table({"placement": [[0, 1], [1], [2], [3]], "replica_shares": [[0.25, 0.75], [1.0],
+                                                                           [1.0], [1.0]]}, "p")
+    _, params = ep.from_policy(make_platform("switch"), make_model(num_experts=4), t, 1)
+    np.testing.assert_allclose(params.placement[0], [0.25, 0.75, 0, 0])
+    bad = Table({"placement": [[0, 1], [1], [2], [3]], "replica_shares": [[0.5, 0.6], [1.0],
+                                                                          [1.0], [1.0]]}, "p")
+    with pytest.raises(ConfigError, match="expert 0: 2 shares that are >= 0 and sum to 1"):
+        ep.from_policy(make_platform("switch"), make_model(num_experts=4), bad, 1)
+
+
+@pytest.mark.parametrize("options, msg", [
+    ("window = 8", "key 'window' = 8 iterations is longer than the trace (2 iterations)"),
+    ('eplb_mode = "greedy"', "key 'eplb_mode' = 'greedy' is not allowed; allowed: auto, "
+                             "hierarchical, global"),
+    ("redundant_slots = 64", "redundant_slots = 64: mixtral-8x7b on h800x8 then needs"),
+])
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, options, msg):
+    pol = tmp_path / "bad.toml"
+    pol.write_text('system = "rebalancing"\ndescription = "x"\nsource = "x"\n'
+                   f"[options]\n{options}\n")
+    out = tmp_path / "out"
+    rc = cli.main(["simulate", "--hardware", "h800x8", "--model", "mixtral-8x7b", "--policy",
+                   str(pol), "--iterations", "2", "--traces", "2", "--tokens", "8",
+                   "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and msg in err, err
+    assert not out.exists()
