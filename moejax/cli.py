@@ -294,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     from moejax.tune.cli import add_tune_parser
 
     add_tune_parser(sub, _positive_int).set_defaults(fn=_tune)
+    from moejax.latency_table import add_export_parser
+
+    add_export_parser(sub, _positive_int)
     return p
 
 

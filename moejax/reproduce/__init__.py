@@ -18,6 +18,7 @@ STUDIES: dict[str, str] = {
     "fsedp": "moejax.reproduce.fsedp",
     "moentwine": "moejax.reproduce.moentwine",
     "amoe": "moejax.reproduce.amoe",
+    "balancing": "moejax.reproduce.balancing",
 }
 
 

@@ -143,21 +143,49 @@ class Placement:
                                   f"experts; allowed: at most capacity = {self.capacity}")
 
 
+def capped_sinkhorn(logits, tau, row_sums, col_sums, cap_log, iters: int = 50):
+    """Entropic transport plan [R, C] with the given row and column sums and entries at most
+    exp(cap_log) [R, C] (0: one unit; inf: no cap): Bregman (KL) projections onto the rows,
+    the columns and the box in turn, with Dykstra's correction for the box (it is not
+    affine), in log space. Without a cap, an expert row that sums to r > 1 may pile several
+    replicas onto one device."""
+    log_a = jnp.log(jnp.maximum(row_sums, 1e-12))[:, None]
+    log_b = jnp.log(col_sums)[None, :]
+
+    def body(carry, _):
+        z, q = carry
+        z = z - jax.nn.logsumexp(z, axis=-1, keepdims=True) + log_a
+        z = z - jax.nn.logsumexp(z, axis=-2, keepdims=True) + log_b
+        shifted = z + q
+        z = jnp.minimum(shifted, cap_log)
+        return (z, shifted - z), None
+
+    (z, _), _ = jax.lax.scan(body, (logits / tau, jnp.zeros_like(logits)), None, length=iters)
+    return jnp.exp(z)
+
+
 @dataclasses.dataclass(frozen=True)
 class ReplicaPlacement:
-    """Expert replicas on `slots` slots per device, and the share of tokens each serves.
+    """Expert replicas in `slots` slots per device, and the share of tokens each serves.
 
-    Every slot holds one expert (S = D * slots in all, as EPLB fills them), each expert at
-    least one and at most D replicas. Raw [(L,) E, 2 D + 1] = [slot logits | share logits |
-    replica logit]. Relaxed: replicas per expert n = 1 + (S - E) softmax(replica logits);
-    slot occupancy Y [E, D] = Sinkhorn(slot logits / tau) with rows n and columns `slots`
-    (relax.sinkhorn, the capacity-as-slots transport); the share of expert e's tokens one
-    replica on d serves r[e, d] = exp(s[e, d]) / sum_d' Y[e, d'] exp(s[e, d']), so the token
-    shares P = Y r sum to 1 (s = 0: the even split of `moejax.placement.slots`). Hard: n by
-    largest remainders (>= 1, <= D, summing to S); Y the 0/1 matrix with those rows and
-    columns maximizing sum Y log Y_relaxed (a transportation LP, integral at its optimum:
-    HiGHS); P = Y r. A value is {"shares": P, "occupancy": Y, "per_replica": r}; the hard
-    value is the share matrix P.
+    Each expert has one replica; the R = D * slots - E redundant slots each hold one more
+    replica of some expert or stay empty (an empty slot costs nothing; EPLB fills every slot,
+    but two of its replicas on one device serve like one). At most one replica per (expert,
+    device), at most D per expert. Raw [(L,) E + 1, 2 D + R]: slot logits [E + 1, D] (row E:
+    the empty slots'), share logits [E, D], redundant-slot logits v [E + 1, R] (row E:
+    empty). Relaxed at temperature tau: slot j holds expert e with probability
+    softmax_e(v[:, j] / tau) (one-hot as tau -> 0), so an expert has n_e = 1 + sum_j of
+    them and m = sum_j softmax_E slots stay empty; the occupancy Y [E, D] is the capped
+    Sinkhorn plan (`capped_sinkhorn`) of the slot logits / tau with rows n and m, columns
+    `slots`, expert entries <= 1 (the capacity-as-slots transport); one replica of e on d
+    serves r[e, d] = exp(s[e, d]) / sum_d' Y[e, d'] exp(s[e, d']) of e's tokens, so the
+    shares P = Y r sum to 1 (s = 0: the even split of `moejax.placement.slots`). Hard: n from
+    each slot's argmax (an expert already on D devices passes the slot to the next choice);
+    Y the 0/1 matrix with rows n and columns <= `slots` maximizing sum Y log Y_relaxed (a
+    transportation LP, integral at its optimum: HiGHS); P = Y r. A value is {"shares": P,
+    "occupancy": Y, "per_replica": r}; the hard value is the share matrix P. (Dykstra's
+    iterations converge slowly at small tau from a random start; `penalty`, slots over
+    capacity, joins the loss for what is left.)
     """
 
     num_experts: int
@@ -180,31 +208,41 @@ class ReplicaPlacement:
 
     @property
     def extra(self) -> int:
-        """Replicas beyond one per expert: S - E."""
+        """Redundant slots: D * slots - E."""
         return self.slots * self.num_devices - self.num_experts
 
     def init(self, key, start=None) -> jax.Array:
-        """Raw [(L,) E, 2 D + 1]; `start` a share matrix [(L,) E, D] (its hosts and replica
-        counts, even shares), or None (random slots, equal replica counts)."""
-        e, d = self.num_experts, self.num_devices
-        shape = (*self.lead, e, d)
-        noise = 0.01 * jax.random.normal(key, shape, jnp.float32)
-        if start is None:
-            logits, rep = noise, jnp.zeros((*self.lead, e, 1))
-        else:
-            hosts = (jnp.broadcast_to(jnp.asarray(start, jnp.float32), shape) > 0)
-            hosts = hosts.astype(jnp.float32)
-            logits = self.init_scale * hosts + noise
-            rep = jnp.log(jnp.maximum(hosts.sum(-1, keepdims=True) - 1.0, 1e-3))
-        return jnp.concatenate([logits, jnp.zeros(shape), rep], -1)
+        """Raw [(L,) E + 1, 2 D + R] from a start share matrix [(L,) E, D] (its hosts, the
+        other redundant slots empty, its shares), or None (random)."""
+        e, d, r = self.num_experts, self.num_devices, self.extra
+        k1, k2 = jax.random.split(key)
+        logits = 0.01 * jax.random.normal(k1, (*self.lead, e + 1, d), jnp.float32)
+        rep = 0.01 * jax.random.normal(k2, (*self.lead, e + 1, r), jnp.float32)
+        shares = jnp.zeros((*self.lead, e, d))
+        if start is not None:
+            p = np.broadcast_to(np.asarray(start, np.float64), (*self.lead, e, d))
+            hosts = (p > 0).astype(np.float32)
+            copies = hosts.sum(-1).astype(np.int64) - 1  # [(L,) E]
+            pick = np.zeros((*self.lead, e + 1, r), np.float32)
+            for idx in np.ndindex(*self.lead):  # once, host side: what slot j holds
+                owners = np.repeat(np.arange(e), copies[idx])
+                owners = np.concatenate([owners, np.full(r - owners.size, e)])  # empty
+                pick[idx][owners, np.arange(r)] = self.init_scale
+            pad = np.zeros((*self.lead, 1, d), np.float32)
+            logits = logits + self.init_scale * jnp.asarray(np.concatenate([hosts, pad], -2))
+            rep = rep + jnp.asarray(pick)
+            shares = jnp.asarray(np.log(np.where(p > 0, p, 1.0)), jnp.float32)
+        share_rows = jnp.concatenate([shares, jnp.zeros((*self.lead, 1, d))], -2)
+        return jnp.concatenate([logits, share_rows, rep], -1)
 
     def _split(self, raw):
-        d = self.num_devices
-        return raw[..., :d], raw[..., d:2 * d], raw[..., 2 * d]
+        d, e = self.num_devices, self.num_experts
+        return raw[..., :d], raw[..., :e, d:2 * d], raw[..., 2 * d:]
 
-    def replica_counts(self, rep_logits) -> jax.Array:
-        """Relaxed replicas per expert [(L,) E], summing to S."""
-        return 1.0 + self.extra * jax.nn.softmax(rep_logits, axis=-1)
+    def slot_counts(self, rep_logits, tau) -> jax.Array:
+        """Relaxed replicas per expert and empty slots [(L,) E + 1] (sum: D * slots)."""
+        p = jax.nn.softmax(rep_logits / tau, axis=-2).sum(-1)
+        return p + jnp.concatenate([jnp.ones(self.num_experts), jnp.zeros(1)])
 
     def _value(self, occ, share_logits):
         e_s = jnp.exp(share_logits - share_logits.max(-1, keepdims=True))
@@ -215,38 +253,41 @@ class ReplicaPlacement:
         tau = jnp.maximum(jnp.asarray(tau, jnp.float32), 1e-4)
         logits, share_logits, rep = self._split(raw)
         cols = jnp.full(self.num_devices, float(self.slots))
+        cap = jnp.concatenate([jnp.zeros((self.num_experts, self.num_devices)),
+                               jnp.full((1, self.num_devices), jnp.inf)])
 
         def plan(lg, n):
-            return relax.sinkhorn(lg, tau, n, cols, self.sinkhorn_iters)
+            return capped_sinkhorn(lg, tau, n, cols, cap, self.sinkhorn_iters)[:-1]
 
-        n = self.replica_counts(rep)
+        n = self.slot_counts(rep, tau)
         occ = jax.vmap(plan)(logits, n) if self.num_layers else plan(logits, n)
         return self._value(occ, share_logits)
 
-    def hard_counts(self, n_relaxed) -> np.ndarray:
-        """Integer replicas per expert [E]: largest remainders of n, each in [1, D], sum S."""
-        n = np.clip(np.asarray(n_relaxed, np.float64), 1.0, self.num_devices)
-        out = np.floor(n).astype(np.int64)
-        for e in np.argsort(-(n - out), kind="stable"):  # once per layer, host side
-            if out.sum() >= self.slots * self.num_devices:
-                break
-            if out[e] < self.num_devices:
-                out[e] += 1
-        while out.sum() < self.slots * self.num_devices:  # remainders ran out: most room
-            out[int(np.argmax(np.where(out < self.num_devices, n - out + 1, -np.inf)))] += 1
+    def hard_counts(self, rep_logits) -> np.ndarray:
+        """Integer replicas per expert [E]: 1 + the redundant slots whose best choice it is
+        (an expert already on D devices passes the slot to the next choice)."""
+        v = np.asarray(rep_logits, np.float64)  # [E + 1, R]
+        e = self.num_experts
+        out = np.ones(e, np.int64)
+        for j in range(v.shape[1]):  # once per layer, host side
+            for x in np.argsort(-v[:, j], kind="stable"):
+                if x == e:
+                    break  # the slot stays empty
+                if out[x] < self.num_devices:
+                    out[x] += 1
+                    break
         return out
 
     def hard_occupancy(self, occ_relaxed, counts) -> np.ndarray:
-        """0/1 slots [E, D] with rows `counts`, columns `slots`, maximizing sum Y log Y_r."""
+        """0/1 slots [E, D] with rows `counts`, columns <= `slots`, maximizing
+        sum Y log Y_relaxed."""
         from scipy.optimize import linprog
 
         e, d = self.num_experts, self.num_devices
         score = np.log(np.maximum(np.asarray(occ_relaxed, np.float64), 1e-30)).ravel()
-        rows = np.kron(np.eye(e), np.ones((1, d)))
-        cols = np.kron(np.ones((1, e)), np.eye(d))
-        res = linprog(-score, A_eq=np.vstack([rows, cols]),
-                      b_eq=np.concatenate([counts, np.full(d, self.slots)]),
-                      bounds=(0, 1), method="highs")
+        res = linprog(-score, A_ub=np.kron(np.ones((1, e)), np.eye(d)),
+                      b_ub=np.full(d, self.slots), A_eq=np.kron(np.eye(e), np.ones((1, d))),
+                      b_eq=counts, bounds=(0, 1), method="highs")
         if res.status != 0:
             raise ConfigError(f"replicas: no 0/1 slot assignment for counts {counts.tolist()}")
         return np.round(res.x).reshape(e, d)
@@ -256,10 +297,11 @@ class ReplicaPlacement:
         raw = jnp.asarray(raw)
         value = self.relaxed(raw, tau)
         _, share_logits, rep = self._split(raw)
-        occ_r = np.asarray(value["occupancy"]).reshape(-1, self.num_experts, self.num_devices)
-        n_r = np.asarray(self.replica_counts(rep)).reshape(-1, self.num_experts)
-        occ = np.stack([self.hard_occupancy(o, self.hard_counts(n)) for o, n in zip(
-            occ_r, n_r, strict=True)]).reshape(*self.lead, self.num_experts, self.num_devices)
+        e, d = self.num_experts, self.num_devices
+        occ_r = np.asarray(value["occupancy"]).reshape(-1, e, d)
+        reps = np.asarray(rep).reshape(-1, e + 1, self.extra)
+        occ = np.stack([self.hard_occupancy(o, self.hard_counts(v)) for o, v in zip(
+            occ_r, reps, strict=True)]).reshape(*self.lead, e, d)
         return np.asarray(self._value(jnp.asarray(occ, jnp.float32), share_logits)["shares"],
                           np.float64)
 

@@ -1,0 +1,155 @@
+"""`moejax export latency-table`: MoE layer latency vs batch tokens, per placement policy, as a
+CSV that request-level serving simulators read for their MoE layers.
+
+A serving simulator (Vidur, SplitwiseSim, LLMServingSim) schedules requests and asks a
+per-operator or per-iteration latency model how long a batch takes; this table gives it
+moejax's hardware model of the MoE layer (all-to-all over the platform's links, experts by
+roofline, placement and replicas included) as a function of the tokens in the batch.
+
+Columns (one row per policy and batch size; times in milliseconds, as the simulators use):
+
+- `policy`, `system`, `hardware`, `model`: what was simulated;
+- `num_tokens`: tokens in the batch of the whole EP group (one iteration);
+  `tokens_per_device` = num_tokens / devices;
+- `moe_layer_ms_mean`, `moe_layer_ms_p50`, `moe_layer_ms_p99`: one MoE layer (dispatch
+  all-to-all + the slowest device's experts + combine) over traces and measured iterations;
+- `comm_ms_mean`: its dispatch + combine; `forward_ms_mean`: one forward pass (every layer,
+  attention and dense blocks);
+- `time_stats.mlp_up_proj.median` = `moe_layer_ms_p50`: Vidur's compute-profile (`mlp.csv`)
+  column of the MLP up-projection, here the whole MoE layer;
+  `time_stats.mlp_down_proj.median`, `time_stats.mlp_act.median` = 0 (already inside it);
+- `n_head`, `n_kv_head`, `n_embd`, `n_expanded_embd` (the expert FFN size), `vocab_size`
+  (`--vocab-size`), `use_gated_mlp`, `num_tensor_parallel_workers` (1: EP with data-parallel
+  attention): Vidur's model-config filter columns.
+
+Mapping: Vidur reads `num_tokens` and the `time_stats.*.median` columns of its compute
+profile and fits its per-operator regressors on them (filtering rows by the model-config
+columns), so pointing its compute-input file at this table makes it charge moejax's MoE layer
+for the MLP of every layer. SplitwiseSim's `perf_model.csv` is per iteration (`prompt_time`
+of `batch_size` x `prompt_size` tokens, `token_time` of `batch_size` tokens): take
+`forward_ms_mean` at `num_tokens` = batch_size x prompt_size and = batch_size. LLMServingSim
+and others that take per-layer latency use `moe_layer_ms_mean` directly.
+
+Routing: `--trace-gen` traces (one popularity per trace, fixed over its iterations). Policies
+that re-plan (`rebalancing`, e.g. `eplb`) run `window` iterations to gather loads first; the
+table reports the iterations after the plan is live (steady state, the migration stall
+excluded: `moejax reproduce balancing` charges it).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import numpy as np
+
+from moejax.errors import ConfigError
+
+COLUMNS = ("policy", "system", "hardware", "model", "num_tokens", "tokens_per_device",
+           "moe_layer_ms_mean", "moe_layer_ms_p50", "moe_layer_ms_p99", "comm_ms_mean",
+           "forward_ms_mean", "time_stats.mlp_up_proj.median", "time_stats.mlp_down_proj.median",
+           "time_stats.mlp_act.median", "n_head", "n_kv_head", "n_embd", "n_expanded_embd",
+           "vocab_size", "use_gated_mlp", "num_tensor_parallel_workers")
+
+
+def settle_iterations(policy) -> int:
+    """Iterations before a policy's placement is live: a re-planning policy's window + 1."""
+    if policy.system != "rebalancing":
+        return 0
+    return int(dict(policy.options).get("window", 1)) + 1
+
+
+def table(hardware: str, model: str, policies, tokens, *, trace_gen: str = "powerlaw:alpha=1.2",
+          traces: int = 8, layers: int = 1, iterations: int = 2, seed: int = 0,
+          vocab_size: int = 0) -> dict[str, list]:
+    """The latency table as columns (see the module docstring)."""
+    from moejax import api
+    from moejax.trace import gen
+
+    if not tokens or any(isinstance(t, bool) or not isinstance(t, int) or t < 1
+                         for t in tokens):
+        raise ConfigError(f"tokens = {tokens!r}; allowed: integers >= 1")
+    if not policies:
+        raise ConfigError("policy: give at least one policy name")
+    setups = [api.resolve(hardware, model, p) for p in policies]  # errors before any run
+    cols: dict[str, list] = {c: [] for c in COLUMNS}
+    for s in setups:
+        m, plat = s.model, s.platform
+        skip = settle_iterations(s.policy)
+        n_iter = skip + iterations
+        for n in tokens:
+            spec = gen.parse_spec(trace_gen)
+            tr = gen.generate(spec, jax.random.key(seed), num_traces=traces, iterations=n_iter,
+                              layers=layers, tokens=n, num_experts=m.num_experts, top_k=m.top_k)
+            out = api.simulate(plat, m, s.policy, tr, progress=False)
+            per_iter = np.asarray(out["layer_latency_per_iter_s"])[:, skip:]  # [T, I']
+            lat = per_iter.mean(-1)
+            fwd = (np.asarray(out["forward_per_iter_s"])[:, skip:].mean(-1)
+                   if "forward_per_iter_s" in out else np.asarray(out["forward_s"]))
+            row = {"policy": s.policy.name, "system": s.policy.system, "hardware": plat.name,
+                   "model": m.name, "num_tokens": n, "tokens_per_device": n / plat.num_devices,
+                   "moe_layer_ms_mean": lat.mean() * 1e3,
+                   "moe_layer_ms_p50": float(np.median(lat)) * 1e3,
+                   "moe_layer_ms_p99": float(np.quantile(lat, 0.99)) * 1e3,
+                   "comm_ms_mean": float(np.mean(out["comm_s"])) * 1e3,
+                   "forward_ms_mean": float(fwd.mean()) * 1e3,
+                   "time_stats.mlp_up_proj.median": float(np.median(lat)) * 1e3,
+                   "time_stats.mlp_down_proj.median": 0.0, "time_stats.mlp_act.median": 0.0,
+                   "n_head": m.num_heads, "n_kv_head": m.num_kv_heads, "n_embd": m.hidden_size,
+                   "n_expanded_embd": m.expert_ffn_size, "vocab_size": vocab_size,
+                   "use_gated_mlp": m.ffn_matrices == 3, "num_tensor_parallel_workers": 1}
+            for c in COLUMNS:
+                cols[c].append(row[c])
+    return cols
+
+
+def _tokens(s: str) -> list[int]:
+    try:
+        out = [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated integers expected") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"{s!r}: integers >= 1 expected")
+    return out
+
+
+def add_export_parser(sub, positive_int) -> argparse.ArgumentParser:
+    """`moejax export latency-table ...` (registered by moejax.cli)."""
+    e = sub.add_parser("export", help="export moejax's models for other tools")
+    esub = e.add_subparsers(dest="export_cmd", required=True)
+    t = esub.add_parser("latency-table", help="MoE layer latency vs batch tokens per policy, "
+                        "a CSV for request-level serving simulators (Vidur, SplitwiseSim)")
+    t.add_argument("--hardware", required=True)
+    t.add_argument("--model", required=True)
+    t.add_argument("--policy", default="ep", help="comma-separated policies, e.g. ep,eplb")
+    t.add_argument("--tokens", type=_tokens, default=[64, 256, 1024, 4096, 16384],
+                   help="comma-separated batch sizes (tokens per iteration)")
+    t.add_argument("--trace-gen", default="powerlaw:alpha=1.2")
+    t.add_argument("--traces", type=positive_int, default=8)
+    t.add_argument("--layers", type=positive_int, default=1)
+    t.add_argument("--iterations", type=positive_int, default=2,
+                   help="iterations measured (after a re-planning policy's window)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--vocab-size", type=int, default=0,
+                   help="written to Vidur's vocab_size column (match your Vidur model config)")
+    t.add_argument("--out", required=True, help="CSV file")
+    t.set_defaults(fn=run_cli)
+    return e
+
+
+def run_cli(args) -> int:
+    from pathlib import Path
+
+    from moejax.results import atomic_write_csv
+
+    out = Path(args.out)
+    if out.suffix != ".csv":
+        raise ConfigError(f"--out {out}: must end in .csv")
+    cols = table(args.hardware, args.model, [p.strip() for p in args.policy.split(",")
+                                             if p.strip()], args.tokens,
+                 trace_gen=args.trace_gen, traces=args.traces, layers=args.layers,
+                 iterations=args.iterations, seed=args.seed, vocab_size=args.vocab_size)
+    atomic_write_csv(out, {k: np.asarray(v) for k, v in cols.items()})
+    print(f"wrote {out}: {len(cols['policy'])} rows ({', '.join(sorted(set(cols['policy'])))} "
+          f"x {len(args.tokens)} batch sizes)")
+    return 0
