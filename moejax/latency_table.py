@@ -30,7 +30,8 @@ of `batch_size` x `prompt_size` tokens, `token_time` of `batch_size` tokens): ta
 `forward_ms_mean` at `num_tokens` = batch_size x prompt_size and = batch_size. LLMServingSim
 and others that take per-layer latency use `moe_layer_ms_mean` directly.
 
-Routing: `--trace-gen` traces (one popularity per trace, fixed over its iterations). Policies
+Routing: counts-only traces of `--trace-gen` (`traces_for`: one popularity per trace, fixed
+over its iterations; the dispatching devices share each expert's tokens evenly). Policies
 that re-plan (`rebalancing`, e.g. `eplb`) run `window` iterations to gather loads first; the
 table reports the iterations after the plan is live (steady state, the migration stall
 excluded: `moejax reproduce balancing` charges it).
@@ -59,12 +60,36 @@ def settle_iterations(policy) -> int:
     return int(dict(policy.options).get("window", 1)) + 1
 
 
+def traces_for(model, tokens, *, trace_gen: str, traces: int, iterations: int, layers: int,
+               seed: int):
+    """Counts-only traces [len(tokens) * traces, I, L, E]: trace i has tokens[i // traces]
+    tokens per iteration, whose k choices are drawn from the generator's popularity (one per
+    trace, fixed over its iterations); one shape for every batch size, so each policy is
+    one compiled call."""
+    from moejax.trace import gen
+    from moejax.trace.core import Trace
+
+    spec = gen.parse_spec(trace_gen)
+    keys = jax.random.split(jax.random.key(seed), len(tokens) * traces)
+    pop = np.stack([np.asarray(gen.popularity(spec, k, iterations=iterations, layers=layers,
+                                              num_experts=model.num_experts), np.float64)
+                    for k in keys])  # [T, I, L, E], host side, once
+    pop /= pop.sum(-1, keepdims=True)
+    rng = np.random.default_rng(seed)
+    n = np.repeat(np.asarray(tokens), traces)
+    counts = rng.multinomial(n[:, None, None] * model.top_k, pop).astype(np.float32)
+    t, i, l, e = counts.shape
+    k = model.top_k
+    return Trace(np.zeros((t, i, l, 0, k), np.int32), np.zeros((t, i, l, 0, k), np.float32),
+                 np.zeros((t, i, 0), bool), np.zeros((t, i, 0), np.int32), counts,
+                 num_experts=e, top_k=k)
+
+
 def table(hardware: str, model: str, policies, tokens, *, trace_gen: str = "powerlaw:alpha=1.2",
           traces: int = 8, layers: int = 1, iterations: int = 2, seed: int = 0,
           vocab_size: int = 0) -> dict[str, list]:
     """The latency table as columns (see the module docstring)."""
     from moejax import api
-    from moejax.trace import gen
 
     if not tokens or any(isinstance(t, bool) or not isinstance(t, int) or t < 1
                          for t in tokens):
@@ -76,23 +101,23 @@ def table(hardware: str, model: str, policies, tokens, *, trace_gen: str = "powe
     for s in setups:
         m, plat = s.model, s.platform
         skip = settle_iterations(s.policy)
-        n_iter = skip + iterations
-        for n in tokens:
-            spec = gen.parse_spec(trace_gen)
-            tr = gen.generate(spec, jax.random.key(seed), num_traces=traces, iterations=n_iter,
-                              layers=layers, tokens=n, num_experts=m.num_experts, top_k=m.top_k)
-            out = api.simulate(plat, m, s.policy, tr, progress=False)
-            per_iter = np.asarray(out["layer_latency_per_iter_s"])[:, skip:]  # [T, I']
-            lat = per_iter.mean(-1)
-            fwd = (np.asarray(out["forward_per_iter_s"])[:, skip:].mean(-1)
+        tr = traces_for(m, tokens, trace_gen=trace_gen, traces=traces,
+                        iterations=skip + iterations, layers=layers, seed=seed)
+        out = api.simulate(plat, m, s.policy, tr, progress=False)
+        lat_all = np.asarray(out["layer_latency_per_iter_s"])[:, skip:].mean(-1)  # [T]
+        fwd_all = (np.asarray(out["forward_per_iter_s"])[:, skip:].mean(-1)
                    if "forward_per_iter_s" in out else np.asarray(out["forward_s"]))
+        comm_all = np.asarray(out["comm_s"])
+        for j, n in enumerate(tokens):
+            part = slice(j * traces, (j + 1) * traces)
+            lat = lat_all[part]
             row = {"policy": s.policy.name, "system": s.policy.system, "hardware": plat.name,
                    "model": m.name, "num_tokens": n, "tokens_per_device": n / plat.num_devices,
                    "moe_layer_ms_mean": lat.mean() * 1e3,
                    "moe_layer_ms_p50": float(np.median(lat)) * 1e3,
                    "moe_layer_ms_p99": float(np.quantile(lat, 0.99)) * 1e3,
-                   "comm_ms_mean": float(np.mean(out["comm_s"])) * 1e3,
-                   "forward_ms_mean": float(fwd.mean()) * 1e3,
+                   "comm_ms_mean": float(comm_all[part].mean()) * 1e3,
+                   "forward_ms_mean": float(fwd_all[part].mean()) * 1e3,
                    "time_stats.mlp_up_proj.median": float(np.median(lat)) * 1e3,
                    "time_stats.mlp_down_proj.median": 0.0, "time_stats.mlp_act.median": 0.0,
                    "n_head": m.num_heads, "n_kv_head": m.num_kv_heads, "n_embd": m.hidden_size,

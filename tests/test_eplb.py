@@ -118,3 +118,24 @@ def test_capacity_check_names_the_device():
     shares[:, 1] = 1.0
     with pytest.raises(ConfigError, match="device 1 holds 4 experts; allowed: at most 3"):
         slots.check_capacity(shares, 3)
+
+
+def test_eplb_plan_as_wafer_params():
+    from conftest import make_model, make_platform
+
+    from moejax.placement.wafer import wafer_params
+    from moejax.systems.wafer import system as wafer
+
+    cfg = wafer.make_config(make_platform("mesh2d"), make_model(num_experts=12), tp_size=1,
+                            shadow_slots=2)
+    # the README's layer 0 on one node of 4 devices: 16 slots, 4 per device
+    phy2log, _, _ = eplb_reference.rebalance(np.array(README_WEIGHT[:1]), 16, 1, 1, 4)
+    shares = np.asarray(slots.layout_shares(phy2log, 12, 4))[0]
+    params = wafer_params(cfg, shares)
+    host = np.clip(np.asarray(params.placement) + np.asarray(params.shadow), 0, 1)
+    np.testing.assert_allclose(np.asarray(wafer.served_share(host)), shares, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(params.placement).sum(-1), 1.0)  # one native each
+    small = wafer.make_config(make_platform("mesh2d"), make_model(num_experts=12), tp_size=1,
+                              shadow_slots=0)
+    with pytest.raises(ConfigError, match="shadow_slots = 0"):
+        wafer_params(small, shares)

@@ -53,7 +53,7 @@ import numpy as np
 from moejax import engine, plotting
 from moejax.hardware import load_platform
 from moejax.models import load_model
-from moejax.placement import eplb, eplb_reference, slots
+from moejax.placement import eplb_reference, slots
 from moejax.reproduce import Claim, Report
 from moejax.reproduce import balancing_data as data
 from moejax.reproduce.progress import study_progress
@@ -95,8 +95,7 @@ class Grid:
 
 
 QUICK = Grid(workloads=tuple(data.WORKLOADS), platforms=PLATFORMS, train_traces=8,
-             test_traces=8, tune_steps=40,
-             tune_pairs=(("esft_intent", "h800x8"), ("mixtral", "gh200-nvl32")),
+             test_traces=8, tune_steps=40, tune_pairs=(("esft_intent", "gh200-nvl32"),),
              rebalance=(("drift", "h800x8"),), rebalance_iterations=48, rebalance_layers=2,
              blocking_platforms=(), intervals=(1, 2, 4, 8, 16, 0), windows=(1, 4),
              smoothed_steps=3)
@@ -159,11 +158,7 @@ def greedy_shares(load_le, d: int) -> np.ndarray:
 
 def oracle_shares(test_counts, model, platform) -> np.ndarray:
     """EPLB (one redundant slot) planned on each held-out batch itself: [T, L, E, D]."""
-    d, e = platform.num_devices, model.num_experts
-    per = slots.slots_per_device(e, d, 1)
-    nodes = nodes_of(platform)
-    plan = jax.vmap(lambda w: eplb.rebalance(w, per * d, nodes, nodes, d)[0])
-    return np.asarray(slots.layout_shares(plan(jnp.asarray(test_counts, jnp.float32)), e, d))
+    return np.stack([eplb_shares(c, model, platform, 1) for c in test_counts])
 
 
 def load_ratio(counts, shares) -> np.ndarray:
@@ -445,27 +440,31 @@ def rebalance_claim(rows, grid: Grid) -> Claim:
 # --- plots ---------------------------------------------------------------------------------
 
 
-def plot_placements(path, rows, grid: Grid, metric: str, unit_ms: bool, title: str):
+def plot_placements(path, rows, grid: Grid, metric: str, title: str, ylabel: str):
+    """Per platform, per workload: each placement's `metric` relative to EPLB with one
+    redundant slot (missing bars: not tuned there, or the slots do not fit in memory)."""
     names = [*PLACEMENTS, "oracle"]
-    fig, axes = plotting.figure(1, len(grid.platforms), width=6.2, height=3.8)
+    fig, axes = plotting.figure(1, len(grid.platforms), width=6.0, height=3.9)
     width = 0.85 / len(names)
-    colors = [f"C{i}" for i in range(len(names))]
+    values = []
     for ax, pname in zip(axes[0], grid.platforms, strict=True):
         for j, name in enumerate(names):
-            vals = [_row(rows, workload=w, platform=pname, placement=name)[metric]
-                    for w in grid.workloads]
-            vals = [v / 1e3 if unit_ms else v for v in vals]  # ms -> s for time_axis
-            ax.bar(np.arange(len(grid.workloads)) + j * width, vals, width, color=colors[j],
+            ref = [_row(rows, workload=w, platform=pname, placement="eplb-1")[metric]
+                   for w in grid.workloads]
+            vals = [_row(rows, workload=w, platform=pname, placement=name)[metric] / r
+                    for w, r in zip(grid.workloads, ref, strict=True)]
+            values += vals
+            ax.bar(np.arange(len(grid.workloads)) + j * width, vals, width, color=f"C{j}",
                    label=LABELS[name])
+        ax.axhline(1.0, color="k", lw=0.6)
         ax.set_xticks(np.arange(len(grid.workloads)) + 0.425 - width / 2,
                       [data.WORKLOADS[w].label for w in grid.workloads], rotation=25,
                       fontsize=7, ha="right")
         ax.set_title(pname, fontsize=9)
-        if unit_ms:
-            plotting.time_axis(ax, "y", "ms", "held-out layer latency")
-        else:
-            ax.set_ylabel("max / mean device load")
-            ax.set_ylim(bottom=1.0)
+        ax.set_ylabel(ylabel, fontsize=8)
+    lo, hi = plotting.color_limits(values, pad=0.05)
+    for ax in axes[0]:
+        ax.set_ylim(min(lo, 0.95), hi)
     axes[0][0].legend(fontsize=6, loc="upper left")
     fig.suptitle(title, fontsize=9)
     plotting.save(fig, path)
@@ -493,9 +492,9 @@ def plot_redundancy(path, rows, grid: Grid):
         ax.set_title(pname, fontsize=9)
     axes[0][0].set_ylabel("layer latency / EPLB without redundancy")
     axes[0][-1].legend(fontsize=5.5, ncol=2)
-    fig.suptitle(f"EPLB: held-out layer latency vs redundant slots (prefill "
-                 f"{TOKENS_PER_DEVICE} / decode {DECODE_TOKENS_PER_DEVICE} tokens per device)",
-                 fontsize=9)
+    fig.suptitle(f"Issue 19: EPLB's held-out layer latency vs redundant slots per device\n"
+                 f"(prefill {TOKENS_PER_DEVICE} / decode {DECODE_TOKENS_PER_DEVICE} tokens per "
+                 f"device; points that do not fit in device memory are left out)", fontsize=9)
     plotting.save(fig, path)
 
 
@@ -523,8 +522,8 @@ def plot_rebalance(path, rows, grid: Grid, smoothed: dict):
         ax.set_xlabel("re-plan interval R (iterations)")
         ax.set_title(f"{data.WORKLOADS[wname].label}, {pname}", fontsize=8)
     axes[0][0].legend(fontsize=6)
-    fig.suptitle("EPLB re-planned every R iterations from the last W (dotted: planned once "
-                 "at W), 1 redundant slot, migration overlapped", fontsize=9)
+    fig.suptitle("Issue 19: EPLB re-planned every R iterations from the last W\n(dotted: "
+                 "planned once at W; 1 redundant slot; migration overlapped)", fontsize=9)
     plotting.save(fig, path)
 
 
@@ -546,11 +545,13 @@ def run(out_dir: Path, quick: bool) -> Report:
         atomic_write_csv(out / "rebalancing.csv",
                          {k: np.asarray([r[k] for r in reb]) for k in reb[0]})
         atomic_write_json(out / "smoothed.json", smoothed)
-        plot_placements(out / "placements_latency.png", rows, grid, "latency_ms_mean", True,
-                        f"Held-out MoE layer latency of synchronous EP per placement "
-                        f"({TOKENS_PER_DEVICE} tokens per device)")
-        plot_placements(out / "placements_load.png", rows, grid, "load_ratio_p99", False,
-                        "Held-out max / mean device load, p99 over batches")
+        plot_placements(out / "placements_latency.png", rows, grid, "latency_ms_mean",
+                        f"Issue 19: held-out MoE layer latency of synchronous EP per placement, "
+                        f"{TOKENS_PER_DEVICE} tokens per device (1.0 = EPLB, 1 redundant slot)",
+                        "layer latency / EPLB's")
+        plot_placements(out / "placements_load.png", rows, grid, "load_ratio_p99",
+                        "Issue 19: held-out max / mean device load, p99 over batches "
+                        "(1.0 = EPLB, 1 redundant slot)", "p99 max/mean load / EPLB's")
         plot_redundancy(out / "redundancy.png", rows, grid)
         plot_rebalance(out / "rebalancing.png", reb, grid, smoothed)
         tick("tables and figures")

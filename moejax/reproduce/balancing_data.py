@@ -57,7 +57,7 @@ WORKLOADS = {
     "powerlaw": Workload("powerlaw", "deepseek-moe-16b", "power law (alpha 0.6)", "generator",
                          "powerlaw:alpha=0.6"),
     "drift": Workload("drift", "deepseek-moe-16b", "drift (4 scenarios)", "generator",
-                      "drift:rho=0.9,scale=0.7,noise=0.2,quantile=1,scenarios=4,period=16"),
+                      "drift:rho=0.9,scale=0.7,noise=0.2,quantile=1,scenarios=4,period=32"),
 }
 
 

@@ -1,0 +1,55 @@
+"""`moejax export latency-table`: columns, values against `moejax simulate`, bad input."""
+
+from __future__ import annotations
+
+import csv
+
+import jax
+import numpy as np
+
+from moejax import api, cli
+from moejax.latency_table import COLUMNS, traces_for
+from moejax.models import load_model
+
+
+def test_table_columns_and_values(tmp_path, capsys):
+    pol = tmp_path / "replicas.toml"  # a static replica placement: 2 copies of expert 0
+    pol.write_text('system = "ep"\ndescription = "x"\nsource = "x"\n[options]\nplacement = '
+                   '[[0, 1], [1], [2], [3], [4], [5], [6], [7]]\n')
+    out = tmp_path / "table.csv"
+    rc = cli.main(["export", "latency-table", "--hardware", "h800x8", "--model",
+                   "mixtral-8x7b", "--policy", f"ep,{pol}", "--tokens", "64,1024",
+                   "--traces", "2", "--iterations", "1", "--vocab-size", "32000",
+                   "--out", str(out)])
+    assert rc == 0
+    rows = list(csv.DictReader(out.open()))
+    assert tuple(rows[0]) == COLUMNS
+    assert [(r["policy"], int(r["num_tokens"])) for r in rows] == [
+        ("ep", 64), ("ep", 1024), ("replicas", 64), ("replicas", 1024)]
+    for r in rows:
+        assert float(r["moe_layer_ms_p50"]) <= float(r["moe_layer_ms_p99"]) + 1e-9
+        assert r["time_stats.mlp_up_proj.median"] == r["moe_layer_ms_p50"]
+        assert float(r["time_stats.mlp_down_proj.median"]) == 0.0
+        assert (r["n_embd"], r["n_expanded_embd"], r["vocab_size"]) == ("4096", "14336",
+                                                                         "32000")
+    lat = [float(r["moe_layer_ms_mean"]) for r in rows]
+    assert lat[1] > lat[0] and lat[3] > lat[2]  # more tokens take longer
+    # the same traces through the Python API give the table's mean
+    m = load_model("mixtral-8x7b")
+    tr = traces_for(m, [64, 1024], trace_gen="powerlaw:alpha=1.2", traces=2, iterations=1,
+                    layers=1, seed=0)
+    got = api.simulate("h800x8", m, "ep", jax.tree_util.tree_map(lambda x: x[2:], tr))
+    np.testing.assert_allclose(np.mean(got["latency_s"]) * 1e3, lat[1], rtol=1e-5)
+    capsys.readouterr()
+
+
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys):
+    out = tmp_path / "table.csv"
+    for args, msg in ((["--policy", "no-such-policy"], "unknown policy 'no-such-policy'"),
+                      (["--out", str(tmp_path / "table.txt")], "must end in .csv")):
+        argv = ["export", "latency-table", "--hardware", "h800x8", "--model", "mixtral-8x7b",
+                "--tokens", "64", "--out", str(out), *args]
+        rc = cli.main(argv)
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and "\n" not in err and msg in err, err
+    assert list(tmp_path.iterdir()) == []
