@@ -25,6 +25,7 @@ is the linear interpolation between its floor and ceiling); thresholds through `
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -295,7 +296,7 @@ class ReplicaPlacement:
     def hard(self, raw, tau) -> np.ndarray:
         """Token shares [(L,) E, D] of the rounded placement (rows sum to 1)."""
         raw = jnp.asarray(raw)
-        value = self.relaxed(raw, tau)
+        value = _relaxed_jit(self, raw, jnp.float32(tau))
         _, share_logits, rep = self._split(raw)
         e, d = self.num_experts, self.num_devices
         occ_r = np.asarray(value["occupancy"]).reshape(-1, e, d)
@@ -328,6 +329,12 @@ class ReplicaPlacement:
             raise ConfigError(f"replicas: expected shares of shape "
                               f"{(*self.lead, self.num_experts, self.num_devices)}, got {p.shape}")
         check_capacity(p, self.slots)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _relaxed_jit(family, raw, tau):
+    """family.relaxed(raw, tau), compiled once per family (for hard rounding on the host)."""
+    return family.relaxed(raw, tau)
 
 
 def contiguous_ids(num_experts: int, num_devices: int) -> np.ndarray:
