@@ -30,7 +30,6 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
 from moejax.engine import System
@@ -270,16 +269,3 @@ def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
                           f"trace ({num_iterations} iterations); allowed: 1 .. {num_iterations}")
     cfg = make_config(platform, model, max_window=window, **opts)
     return build(cfg, num_iterations), default_params(cfg, interval, window)
-
-
-def check_window(window: float, num_iterations: int) -> None:
-    """ConfigError unless 1 <= window <= the trace's iterations."""
-    if not 1 <= window <= num_iterations:
-        raise ConfigError(f"window = {window:g} iterations; allowed: 1 .. {num_iterations} "
-                          "(the trace's iterations)")
-
-
-def shares_as_layers(shares, num_layers: int) -> np.ndarray:
-    """A placement [E, D] or [L, E, D] as [L, E, D]."""
-    p = np.asarray(shares, np.float32)
-    return np.broadcast_to(p, (num_layers, *p.shape[-2:])) if p.ndim == 2 else p
