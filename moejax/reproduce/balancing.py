@@ -18,9 +18,10 @@ power-law and a drifting generator (`balancing_data`), on `h800x8`, `gh200-nvl32
    EPLB is also scored at decode size, 16 tokens per device, where they are not.
 2. Rebalancing over time (`moejax.systems.rebalancing`): a drifting sequence (the drift
    generator; OLMoE's domains in turn) re-planned by EPLB every R iterations from the last W
-   iterations, migration charged over the links (overlapped; blocking on the first
-   platform in the full run), as one vmapped (R, W) grid; then (R, W) tuned by the
-   smoothed gradient (`rebalancing_tuning`) against that grid.
+   iterations, migration charged over the links (overlapped; in the full run also blocking
+   and free, the bound without migration cost, on the first platform), as one vmapped
+   (R, W) grid; then (R, W) tuned by the smoothed gradient (`rebalancing_tuning`) against
+   that grid.
 
 Claims (rules fixed before any run):
 - balancing.tuned_vs_eplb: the tuned placement with replicas beats EPLB at equal memory
@@ -88,7 +89,7 @@ class Grid:
     rebalance: tuple[tuple[str, str], ...]  # (workload, platform) of the rebalancing study
     rebalance_iterations: int
     rebalance_layers: int
-    blocking_platforms: tuple[str, ...]  # also run with blocking migration
+    blocking_platforms: tuple[str, ...]  # also run with blocking and free migration
     intervals: tuple[int, ...]  # R (0: plan once)
     windows: tuple[int, ...]  # W
     smoothed_steps: int
@@ -171,25 +172,25 @@ def load_ratio(counts, shares) -> np.ndarray:
 
 def evaluate(model_name, platform, shares: dict, counts, top_k) -> dict:
     """Held-out metrics of each placement [L, E, D] on batches counts [T, L, E]: one vmapped
-    sweep of EP over the placements (and, for 'oracle' [T, L, E, D], the diagonal of a sweep
-    over the T per-batch placements)."""
+    sweep of EP over every name of PLACEMENTS (a missing one runs contiguous and is left
+    out, so every workload of a model shares one compiled call) and, for 'oracle'
+    [T, L, E, D], the diagonal of a sweep over the T per-batch placements."""
     _, system = ep_system(model_name, platform)
-    names = [n for n in shares if n != "oracle"]
-    stack = [shares[n] for n in names]
-    oracle = shares.get("oracle")
-    if oracle is not None:
-        stack += list(oracle)
+    contiguous = shares["contiguous"]
+    stack = [shares.get(n, contiguous) for n in PLACEMENTS]
+    t = np.arange(counts.shape[0])
+    stack += list(shares["oracle"])
     params = engine.stack_params([ep.EPParams(placement=jnp.asarray(p, jnp.float32))
                                   for p in stack])
     out = engine.simulate(system, params, counts_traces(counts, top_k), sweep=True,
                           progress=False)
     lat, comm = np.asarray(out["latency_s"]), np.asarray(out["comm_s"])
     res = {n: {"latency_s": lat[i], "comm_s": comm[i],
-               "load_ratio": load_ratio(counts, shares[n])} for i, n in enumerate(names)}
-    if oracle is not None:
-        t = np.arange(counts.shape[0])
-        res["oracle"] = {"latency_s": lat[len(names) + t, t], "comm_s": comm[len(names) + t, t],
-                         "load_ratio": load_ratio(counts, oracle)}
+               "load_ratio": load_ratio(counts, shares[n])}
+           for i, n in enumerate(PLACEMENTS) if n in shares}
+    k = len(PLACEMENTS)
+    res["oracle"] = {"latency_s": lat[k + t, t], "comm_s": comm[k + t, t],
+                     "load_ratio": load_ratio(counts, shares["oracle"])}
     return res
 
 
@@ -251,9 +252,7 @@ def placement_rows(grid: Grid, tick) -> list[dict]:
                 shares.update({n: tuned[n] for n in ("tuned", "tuned+replicas")})
             shares["oracle"] = oracle_shares(test, model, plat)
             res = evaluate(w.model, pname, shares, test, k)
-            dec = evaluate(w.model, pname, {n: v for n, v in shares.items()
-                                            if n.startswith("eplb") or n == "contiguous"},
-                           decode, k)
+            dec = evaluate(w.model, pname, shares, decode, k)  # the same compiled sweep
             for name in (*PLACEMENTS, "oracle"):
                 s = {"eplb-0": 0, "eplb-1": 1, "eplb-2": 2, "eplb-4": 4, "tuned+replicas": 1,
                      "oracle": 1}.get(name, 0)
@@ -270,7 +269,8 @@ def placement_rows(grid: Grid, tick) -> list[dict]:
                     "load_ratio_p99": float(np.quantile(ratio, 0.99)),
                     "comm_ms_mean": float(np.mean(r["comm_s"])) * 1e3 if r else np.nan,
                     "decode_latency_ms_mean": (float(np.mean(dec[name]["latency_s"])) * 1e3
-                                               if name in dec else np.nan),
+                                               if name in dec and name != "oracle"
+                                               else np.nan),
                     "tune_s": tuned.get(name + "_s", np.nan),
                 })
             tick(f"placements {w.label} on {pname}")
@@ -375,7 +375,8 @@ def rebalance_rows(grid: Grid, tick) -> tuple[list[dict], dict]:
                                      model.num_experts, model.top_k)
         traces = counts_traces(seq[None], model.top_k)
         pts, pairs = _rebalance_points(grid, it)
-        modes = ("overlapped", *(("blocking",) if pname in grid.blocking_platforms else ()))
+        modes = ("overlapped", *(("blocking", "free") if pname in grid.blocking_platforms
+                                 else ()))
         for mode in modes:
             cfg = rebalancing.make_config(plat, model, redundant_slots=1, migration=mode,
                                           max_window=it)
@@ -441,37 +442,34 @@ def rebalance_claim(rows, grid: Grid) -> Claim:
 
 
 def plot_placements(path, rows, grid: Grid, metric: str, title: str, ylabel: str):
-    """Per platform, per workload: each placement's `metric` relative to EPLB with one
-    redundant slot (missing bars: not tuned there, or the slots do not fit in memory)."""
+    """One row per platform; per workload, each placement's `metric` relative to EPLB with
+    one redundant slot, on a log axis (missing bars: not tuned there, or the slots do not
+    fit in memory)."""
     names = [*PLACEMENTS, "oracle"]
-    fig, axes = plotting.figure(1, len(grid.platforms), width=6.0, height=3.9)
+    fig, axes = plotting.figure(len(grid.platforms), 1, width=11.0, height=2.5)
     width = 0.85 / len(names)
-    values = []
-    for ax, pname in zip(axes[0], grid.platforms, strict=True):
+    for ax, pname in zip(axes[:, 0], grid.platforms, strict=True):
         for j, name in enumerate(names):
             ref = [_row(rows, workload=w, platform=pname, placement="eplb-1")[metric]
                    for w in grid.workloads]
             vals = [_row(rows, workload=w, platform=pname, placement=name)[metric] / r
                     for w, r in zip(grid.workloads, ref, strict=True)]
-            values += vals
             ax.bar(np.arange(len(grid.workloads)) + j * width, vals, width, color=f"C{j}",
                    label=LABELS[name])
         ax.axhline(1.0, color="k", lw=0.6)
+        plotting.log_axis(ax, "y", base=2)
+        ax.set_ylim(0.4, 6.0)
         ax.set_xticks(np.arange(len(grid.workloads)) + 0.425 - width / 2,
-                      [data.WORKLOADS[w].label for w in grid.workloads], rotation=25,
-                      fontsize=7, ha="right")
-        ax.set_title(pname, fontsize=9)
-        ax.set_ylabel(ylabel, fontsize=8)
-    lo, hi = plotting.color_limits(values, pad=0.05)
-    for ax in axes[0]:
-        ax.set_ylim(min(lo, 0.95), hi)
-    axes[0][0].legend(fontsize=6, loc="upper left")
+                      [data.WORKLOADS[w].label for w in grid.workloads], fontsize=7)
+        ax.set_title(pname, fontsize=8, loc="left")
+        ax.set_ylabel(ylabel, fontsize=7)
+    axes[0, 0].legend(fontsize=6, ncol=5, loc="upper center")
     fig.suptitle(title, fontsize=9)
     plotting.save(fig, path)
 
 
 def plot_redundancy(path, rows, grid: Grid):
-    fig, axes = plotting.figure(1, len(grid.platforms), width=5.0, height=3.6)
+    fig, axes = plotting.figure(1, len(grid.platforms), width=5.0, height=4.2)
     for ax, pname in zip(axes[0], grid.platforms, strict=True):
         for i, wname in enumerate(grid.workloads):
             r = [_row(rows, workload=wname, platform=pname, placement=f"eplb-{s}")
@@ -487,11 +485,13 @@ def plot_redundancy(path, rows, grid: Grid):
                      if f], marker="x", ls="--", color=f"C{i}",
                     label=f"{data.WORKLOADS[wname].label}, decode")
         ax.axhline(1.0, color="k", lw=0.6)
+        plotting.log_axis(ax, "y", base=2)
         ax.set_xticks(REDUNDANT)
         ax.set_xlabel("redundant slots per device")
         ax.set_title(pname, fontsize=9)
     axes[0][0].set_ylabel("layer latency / EPLB without redundancy")
-    axes[0][-1].legend(fontsize=5.5, ncol=2)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=6, fontsize=6.5)
     fig.suptitle(f"Issue 19: EPLB's held-out layer latency vs redundant slots per device\n"
                  f"(prefill {TOKENS_PER_DEVICE} / decode {DECODE_TOKENS_PER_DEVICE} tokens per "
                  f"device; points that do not fit in device memory are left out)", fontsize=9)
