@@ -101,7 +101,7 @@ QUICK = Grid(workloads=tuple(data.WORKLOADS), platforms=PLATFORMS, train_traces=
              blocking_platforms=(), intervals=(1, 2, 4, 8, 16, 0), windows=(1, 4),
              smoothed_steps=3)
 FULL = Grid(workloads=tuple(data.WORKLOADS), platforms=PLATFORMS, train_traces=32,
-            test_traces=32, tune_steps=150, tune_pairs=None,
+            test_traces=32, tune_steps=100, tune_pairs=None,
             rebalance=tuple((w, p) for w in ("drift", "olmoe") for p in PLATFORMS),
             rebalance_iterations=160, rebalance_layers=4, blocking_platforms=("h800x8",),
             intervals=(1, 2, 4, 8, 16, 32, 64, 0), windows=(1, 4, 16), smoothed_steps=20)
