@@ -3,6 +3,8 @@ modes, params sweep == runs, replicas in EP, bad input through the CLI."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +15,13 @@ from moejax import cli, engine
 from moejax.errors import ConfigError
 from moejax.placement import migration, slots
 from moejax.schema import Table
-from moejax.systems import ep, ep_reference, rebalancing, rebalancing_reference
+from moejax.systems import (
+    ep,
+    ep_reference,
+    rebalancing,
+    rebalancing_reference,
+    rebalancing_tuning,
+)
 
 ITERS = 6
 
@@ -27,25 +35,49 @@ def _trace():
     return random_trace(jax.random.key(4), 1, ITERS, 2, 16, 8, 2)
 
 
+GRID = ((2, 2), (1, 3), (0, 2), (3, 1))
+
+
+@functools.cache
+def _system():
+    """One system for the sweep and the tuning tests (one compiled call: 4 params)."""
+    cfg = _cfg(window=3)
+    return cfg, rebalancing.build(cfg, ITERS), _trace()
+
+
 def test_params_sweep_matches_plain_reference():
     # one vmapped sweep over (interval, window), each point against the plain reference
-    cfg, tr = _cfg(window=3), _trace()
-    grid = ((2, 2), (1, 3), (0, 2))
-    params = engine.stack_params([rebalancing.default_params(cfg, r, w) for r, w in grid])
-    out = jax.tree_util.tree_map(np.asarray, engine.simulate(rebalancing.build(cfg, ITERS),
-                                                             params, tr, sweep=True))
+    cfg, system, tr = _system()
+    params = engine.stack_params([rebalancing.default_params(cfg, r, w) for r, w in GRID])
+    out = jax.tree_util.tree_map(np.asarray, engine.simulate(system, params, tr, sweep=True))
     initial = np.asarray(ep.contiguous_placement(8, 4))
-    for i, (r, w) in enumerate(grid):
+    for i, (r, w) in enumerate(GRID):
         ref = rebalancing_reference.run(cfg, r, w, initial, tr[0])
         np.testing.assert_allclose(out["layer_latency_per_iter_s"][i, 0], ref["latency"],
                                    rtol=2e-5)
-        assert out["replans"][i, 0] == ref["replans"] == {0: 2, 1: 3, 2: 1}[i]
+        assert out["replans"][i, 0] == ref["replans"] == (2, 3, 1, 2)[i]
         np.testing.assert_allclose(out["migration_bytes"][i, 0], ref["moved_bytes"], rtol=1e-5)
         np.testing.assert_allclose(out["migration_s"][i, 0], ref["move_s"], rtol=2e-5)
         np.testing.assert_allclose(out["stall_s"][i, 0] * ITERS, ref["stall_s"], rtol=2e-5)
         assert ref["moved_bytes"] > 0
         for p in ref["placements"]:  # slot capacity and token conservation
             slots.check_capacity(p, cfg.slots_per_device)
+
+
+def test_grid_and_smoothed_tuning_of_interval_and_window():
+    cfg, system, tr = _system()
+    base = rebalancing.default_params(cfg)
+    g = rebalancing_tuning.grid(system, base, tr, (2, 1), (2, 3))  # 4 points: same compile
+    f = g["forward_ms"]
+    i, j = np.unravel_index(int(np.argmin(f)), f.shape)
+    assert g["best"] == {"interval": (2, 1)[i], "window": (2, 3)[j],
+                         "forward_ms": float(f[i, j])}
+    run = rebalancing_tuning.SmoothedRun(interval_range=(1.0, 3.0), window_range=(1.0, 3.0),
+                                         steps=2, pairs=2)
+    res = rebalancing_tuning.tune_smoothed(system, base, tr, run)
+    assert len(res["history"]) == 2 and res["history"][1]["sigma"] < res["history"][0]["sigma"]
+    assert 1 <= res["final"]["interval"] <= 3 and 1 <= res["final"]["window"] <= 3
+    assert np.isfinite(res["final_ms"]) and res["final_ms"] > 0
 
 
 def test_migration_modes_order_the_stalls():
