@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import csv
 
-import jax
 import numpy as np
 
-from moejax import api, cli
+from moejax import cli
+from moejax.hardware import load_platform
 from moejax.latency_table import COLUMNS, traces_for
 from moejax.models import load_model
+from moejax.systems import ep, ep_reference
 
 
 def test_table_columns_and_values(tmp_path, capsys):
-    pol = tmp_path / "replicas.toml"  # a static replica placement: 2 copies of expert 0
+    pol = tmp_path / "replicas.toml"  # a static replica placement: expert 0 on 0 and 1
     pol.write_text('system = "ep"\ndescription = "x"\nsource = "x"\n[options]\nplacement = '
-                   '[[0, 1], [1], [2], [3], [4], [5], [6], [7]]\n')
+                   '[[0, 1], [1], [2], [3], [4], [5], [6], [7]]\nreplica_shares = [[0.7, 0.3], '
+                   '[1.0], [1.0], [1.0], [1.0], [1.0], [1.0], [1.0]]\n')
     out = tmp_path / "table.csv"
     rc = cli.main(["export", "latency-table", "--hardware", "h800x8", "--model",
                    "mixtral-8x7b", "--policy", f"ep,{pol}", "--tokens", "64,1024",
@@ -34,12 +36,21 @@ def test_table_columns_and_values(tmp_path, capsys):
                                                                          "32000")
     lat = [float(r["moe_layer_ms_mean"]) for r in rows]
     assert lat[1] > lat[0] and lat[3] > lat[2]  # more tokens take longer
-    # the same traces through the Python API give the table's mean
+    # the same traces through the plain EP reference give the table's means (the replica
+    # rows: an uneven split of expert 0 over devices 0 and 1)
     m = load_model("mixtral-8x7b")
     tr = traces_for(m, [64, 1024], trace_gen="powerlaw:alpha=1.2", traces=2, iterations=1,
                     layers=1, seed=0)
-    got = api.simulate("h800x8", m, "ep", jax.tree_util.tree_map(lambda x: x[2:], tr))
-    np.testing.assert_allclose(np.mean(got["latency_s"]) * 1e3, lat[1], rtol=1e-5)
+    cfg = ep.make_config(load_platform("h800x8"), m)
+    place = np.eye(8)
+    place[0] = [0.7, 0.3, 0, 0, 0, 0, 0, 0]
+    for j, part in enumerate((slice(0, 2), slice(2, 4))):
+        ref = ep_reference.layer_latency(cfg, place, tr.expert_ids[part], tr.token_mask[part],
+                                         tr.counts[part])
+        np.testing.assert_allclose(ref.mean() * 1e3, lat[2 + j], rtol=1e-5)
+    # tokens are conserved by the replica split
+    c = np.asarray(tr.counts)
+    np.testing.assert_allclose((c @ place).sum(-1), c.sum(-1), rtol=1e-6)
     capsys.readouterr()
 
 

@@ -94,7 +94,10 @@ class Placement:
 
     def relaxed(self, raw, tau) -> jax.Array:
         """Soft placement [(L,) E, D] (rows sum to 1, columns <= capacity) at tau > 0."""
-        tau = jnp.maximum(jnp.asarray(tau, jnp.float32), 1e-4)
+        return _relaxed_jit(self, raw, jnp.asarray(tau, jnp.float32))
+
+    def _relaxed(self, raw, tau) -> jax.Array:
+        tau = jnp.maximum(tau, 1e-4)
         if self.num_layers:
             return jax.vmap(lambda r: self._plan(r, tau))(raw)
         return self._plan(raw, tau)
@@ -251,7 +254,10 @@ class ReplicaPlacement:
         return {"shares": occ * per, "occupancy": occ, "per_replica": per}
 
     def relaxed(self, raw, tau) -> dict:
-        tau = jnp.maximum(jnp.asarray(tau, jnp.float32), 1e-4)
+        return _relaxed_jit(self, raw, jnp.asarray(tau, jnp.float32))
+
+    def _relaxed(self, raw, tau) -> dict:
+        tau = jnp.maximum(tau, 1e-4)
         logits, share_logits, rep = self._split(raw)
         cols = jnp.full(self.num_devices, float(self.slots))
         cap = jnp.concatenate([jnp.zeros((self.num_experts, self.num_devices)),
@@ -296,7 +302,7 @@ class ReplicaPlacement:
     def hard(self, raw, tau) -> np.ndarray:
         """Token shares [(L,) E, D] of the rounded placement (rows sum to 1)."""
         raw = jnp.asarray(raw)
-        value = _relaxed_jit(self, raw, jnp.float32(tau))
+        value = self.relaxed(raw, tau)
         _, share_logits, rep = self._split(raw)
         e, d = self.num_experts, self.num_devices
         occ_r = np.asarray(value["occupancy"]).reshape(-1, e, d)
@@ -333,8 +339,9 @@ class ReplicaPlacement:
 
 @functools.partial(jax.jit, static_argnums=0)
 def _relaxed_jit(family, raw, tau):
-    """family.relaxed(raw, tau), compiled once per family (for hard rounding on the host)."""
-    return family.relaxed(raw, tau)
+    """A placement family's relaxed value, compiled once per family (inlined in a jitted
+    loss; compiled, not op by op, when rounding on the host)."""
+    return family._relaxed(raw, tau)
 
 
 def contiguous_ids(num_experts: int, num_devices: int) -> np.ndarray:
