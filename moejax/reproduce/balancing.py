@@ -284,22 +284,23 @@ def _row(rows, **match):
     raise KeyError(match)
 
 
+def _latency_ratios(rows, pts, name: str, ref: str) -> dict:
+    """{"workload@platform": mean latency of `name` / `ref`} where both were scored."""
+    out = {}
+    for w, p in pts:
+        t = _row(rows, workload=w, platform=p, placement=name)["latency_ms_mean"]
+        b = _row(rows, workload=w, platform=p, placement=ref)["latency_ms_mean"]
+        if np.isfinite(t) and np.isfinite(b):
+            out[f"{w}@{p}"] = round(t / b, 4)
+    return out
+
+
 def placement_claims(rows, grid: Grid) -> list[Claim]:
     claims = []
     pts = sorted({(r["workload"], r["platform"]) for r in rows})
     # tuned with replicas vs EPLB at equal memory
-    ratio = {}
-    for w, p in pts:
-        t = _row(rows, workload=w, platform=p, placement="tuned+replicas")["latency_ms_mean"]
-        b = _row(rows, workload=w, platform=p, placement="eplb-1")["latency_ms_mean"]
-        if np.isfinite(t) and np.isfinite(b):
-            ratio[f"{w}@{p}"] = round(t / b, 4)
-    plain = {}
-    for w, p in pts:
-        t = _row(rows, workload=w, platform=p, placement="tuned")["latency_ms_mean"]
-        b = _row(rows, workload=w, platform=p, placement="eplb-0")["latency_ms_mean"]
-        if np.isfinite(t) and np.isfinite(b):
-            plain[f"{w}@{p}"] = round(t / b, 4)
+    ratio = _latency_ratios(rows, pts, "tuned+replicas", "eplb-1")
+    plain = _latency_ratios(rows, pts, "tuned", "eplb-0")
     wins = sum(v < 1.0 for v in ratio.values())
     ok = bool(ratio) and wins == len(ratio)
     claims.append(Claim(
