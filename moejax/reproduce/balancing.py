@@ -253,6 +253,9 @@ def placement_rows(grid: Grid, tick) -> list[dict]:
             shares["oracle"] = oracle_shares(test, model, plat)
             res = evaluate(w.model, pname, shares, test, k)
             dec = evaluate(w.model, pname, shares, decode, k)  # the same compiled sweep
+            # the batches it was fitted to (same sweep when train_traces == test_traces):
+            # tells a generalisation gap from an optimisation gap
+            fit = evaluate(w.model, pname, shares, train, k)
             for name in (*PLACEMENTS, "oracle"):
                 s = {"eplb-0": 0, "eplb-1": 1, "eplb-2": 2, "eplb-4": 4, "tuned+replicas": 1,
                      "oracle": 1}.get(name, 0)
@@ -271,6 +274,9 @@ def placement_rows(grid: Grid, tick) -> list[dict]:
                     "decode_latency_ms_mean": (float(np.mean(dec[name]["latency_s"])) * 1e3
                                                if name in dec and name != "oracle"
                                                else np.nan),
+                    "train_latency_ms_mean": (float(np.mean(fit[name]["latency_s"])) * 1e3
+                                              if name in fit and name != "oracle"
+                                              else np.nan),
                     "tune_s": tuned.get(name + "_s", np.nan),
                 })
             tick(f"placements {w.label} on {pname}")
@@ -284,12 +290,12 @@ def _row(rows, **match):
     raise KeyError(match)
 
 
-def _latency_ratios(rows, pts, name: str, ref: str) -> dict:
-    """{"workload@platform": mean latency of `name` / `ref`} where both were scored."""
+def _latency_ratios(rows, pts, name: str, ref: str, metric: str = "latency_ms_mean") -> dict:
+    """{"workload@platform": `metric` of `name` / `ref`} where both were scored."""
     out = {}
     for w, p in pts:
-        t = _row(rows, workload=w, platform=p, placement=name)["latency_ms_mean"]
-        b = _row(rows, workload=w, platform=p, placement=ref)["latency_ms_mean"]
+        t = _row(rows, workload=w, platform=p, placement=name).get(metric, np.nan)
+        b = _row(rows, workload=w, platform=p, placement=ref).get(metric, np.nan)
         if np.isfinite(t) and np.isfinite(b):
             out[f"{w}@{p}"] = round(t / b, 4)
     return out
@@ -301,17 +307,20 @@ def placement_claims(rows, grid: Grid) -> list[Claim]:
     # tuned with replicas vs EPLB at equal memory
     ratio = _latency_ratios(rows, pts, "tuned+replicas", "eplb-1")
     plain = _latency_ratios(rows, pts, "tuned", "eplb-0")
+    fitted = _latency_ratios(rows, pts, "tuned+replicas", "eplb-1", "train_latency_ms_mean")
     wins = sum(v < 1.0 for v in ratio.values())
+    fit_wins = sum(v < 1.0 for v in fitted.values())
     ok = bool(ratio) and wins == len(ratio)
     claims.append(Claim(
         "balancing.tuned_vs_eplb", "a placement tuned by gradient descent (Sinkhorn with "
         "capacity = slots, replicas and shares) beats EPLB at equal memory (one redundant "
         "slot per device) on held-out routing",
         {"tuned_replicas_over_eplb1": ratio, "tuned_over_eplb0": plain,
-         "wins": wins, "points": len(ratio)},
-        ok, "" if ok else "see docs/reproduction/balancing.md: EPLB's greedy is near the "
-        "optimum of the mean load it balances; held-out batches differ from the training "
-        "mean by more than the tuned placement gains on it"))
+         "tuned_replicas_over_eplb1_on_training_batches": fitted,
+         "wins": wins, "wins_on_training_batches": fit_wins, "points": len(ratio)},
+        ok, "" if ok else f"wins on {wins} of {len(ratio)} held-out points and on {fit_wins} "
+        f"on the batches it was fitted to; see docs/reproduction/balancing.md (tuned "
+        f"placement) for why, per point"))
     # redundancy knee
     knees, gains = {}, {}
     for w, p in pts:
