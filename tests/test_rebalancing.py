@@ -27,7 +27,8 @@ ITERS = 6
 
 def _cfg(mode="blocking", window=2):
     return rebalancing.make_config(make_platform("hierarchical"), make_model(num_experts=8),
-                                   redundant_slots=1, migration=mode, max_window=window)
+                                   redundant_slots=1, migration=mode, max_window=window,
+                                   num_groups=0)  # one group per node: hierarchical
 
 
 def _trace():

@@ -69,10 +69,11 @@ PLATFORMS = ("h800x8", "gh200-nvl32", "dgx-b200-4node")
 REDUNDANT = (0, 1, 2, 4)
 TOKENS_PER_DEVICE = 512  # prefill-sized batch per device: experts compute-bound
 DECODE_TOKENS_PER_DEVICE = 16  # decode-sized: every expert bound by its weight load
-PLACEMENTS = ("contiguous", "greedy", *(f"eplb-{s}" for s in REDUNDANT), "tuned",
-              "tuned+replicas")
+PLACEMENTS = ("contiguous", "greedy", *(f"eplb-{s}" for s in REDUNDANT), "eplb-1-hier",
+              "tuned", "tuned+replicas")
 LABELS = {"contiguous": "contiguous", "greedy": "greedy (LPT per layer)",
           **{f"eplb-{s}": f"EPLB, {s} redundant slot{'s' * (s != 1)}" for s in REDUNDANT},
+          "eplb-1-hier": "EPLB hierarchical (a group per node), 1 slot",
           "tuned": "tuned (moejax tune, no replicas)",
           "tuned+replicas": "tuned with replicas (1 redundant slot)",
           "oracle": "oracle (EPLB, 1 slot, on the batch itself)"}
@@ -140,14 +141,16 @@ def nodes_of(platform) -> int:
     return platform.topology.nodes if platform.topology.kind == "hierarchical" else 1
 
 
-def eplb_shares(load_le, model, platform, redundant: int, mode: str = "auto") -> np.ndarray:
-    """EPLB plan [L, E, D] (even split) of mean loads [L, E] with `redundant` slots, one
-    expert group per node (hierarchical where the nodes divide the groups)."""
+def eplb_shares(load_le, model, platform, redundant: int, mode: str = "auto",
+                groups: int = 1) -> np.ndarray:
+    """EPLB plan [L, E, D] (even split) of mean loads [L, E] with `redundant` slots.
+    groups: expert groups (1: none, the recorded models' case, so EPLB's rule is global on
+    multi-node platforms, as vLLM runs it; 0: one per node, forcing the hierarchical mode)."""
     d, e = platform.num_devices, model.num_experts
     per = slots.slots_per_device(e, d, redundant)
     nodes = nodes_of(platform)
-    phy2log, _, _ = eplb_reference.rebalance(np.asarray(load_le, np.float32), per * d, nodes,
-                                             nodes, d, mode)
+    phy2log, _, _ = eplb_reference.rebalance(np.asarray(load_le, np.float32), per * d,
+                                             groups or nodes, nodes, d, mode)
     return np.asarray(slots.layout_shares(phy2log, e, d), np.float64)
 
 
@@ -246,6 +249,8 @@ def placement_rows(grid: Grid, tick) -> list[dict]:
             for s in REDUNDANT:
                 if s <= most:
                     shares[f"eplb-{s}"] = eplb_shares(load, model, plat, s)
+            if 1 <= most:
+                shares["eplb-1-hier"] = eplb_shares(load, model, plat, 1, "hierarchical", 0)
             tuned = {}
             if grid.tune_pairs is None or (wname, pname) in grid.tune_pairs:
                 tuned = tuned_shares(wname, pname, model, train, test, grid)
@@ -257,8 +262,8 @@ def placement_rows(grid: Grid, tick) -> list[dict]:
             # tells a generalisation gap from an optimisation gap
             fit = evaluate(w.model, pname, shares, train, k)
             for name in (*PLACEMENTS, "oracle"):
-                s = {"eplb-0": 0, "eplb-1": 1, "eplb-2": 2, "eplb-4": 4, "tuned+replicas": 1,
-                     "oracle": 1}.get(name, 0)
+                s = {"eplb-0": 0, "eplb-1": 1, "eplb-2": 2, "eplb-4": 4, "eplb-1-hier": 1,
+                     "tuned+replicas": 1, "oracle": 1}.get(name, 0)
                 r = res.get(name)
                 lat = r["latency_s"] if r else np.full(1, np.nan)
                 ratio = r["load_ratio"] if r else np.full(1, np.nan)

@@ -74,10 +74,12 @@ class RebalanceParams:
 
 
 def make_config(platform: Platform, model: ModelSpec, *, redundant_slots: int = 0,
-                num_groups: int = 0, eplb_mode: str = "auto", migration: str = "overlapped",
+                num_groups: int = 1, eplb_mode: str = "auto", migration: str = "overlapped",
                 max_window: int = 1, **ep_options) -> RebalanceConfig:
     """Validated config: the redundant slots must fit the device memory, EPLB's shapes must
-    nest (num_groups 0: one group per node)."""
+    nest. num_groups: the model's expert groups (1: no group-limited routing, as in every
+    catalog model, so EPLB's rule picks global on multi-node platforms, as vLLM does);
+    0: one group per node, so `auto` is hierarchical."""
     if migration not in MIGRATION_MODES:
         raise ConfigError(f"migration = {migration!r}; allowed: {', '.join(MIGRATION_MODES)}")
     if max_window < 1:
@@ -245,7 +247,7 @@ def _read_options(t):
         tp_size=t.int("tp_size", 1),
         context_len=t.int("context_len", 0, lo=0),
         redundant_slots=t.int("redundant_slots", 0, lo=0),
-        num_groups=t.int("num_groups", 0, lo=0),
+        num_groups=t.int("num_groups", 1, lo=0),
         eplb_mode=t.str("eplb_mode", "auto", choices=eplb.MODES),
         migration=t.str("migration", "overlapped", choices=MIGRATION_MODES),
     )
