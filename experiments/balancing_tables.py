@@ -80,7 +80,7 @@ def redundancy_table(rows: list[dict]) -> str:
             continue
         w, p = r0["workload"], r0["platform"]
         by = [r for r in rows if r["workload"] == w and r["platform"] == p
-              and r["placement"].startswith("eplb-")]
+              and r["placement"] in ("eplb-0", "eplb-1", "eplb-2", "eplb-4")]
         cell = [("" if r["fits_memory"] == "True" else "(does not fit) ") for r in by]
         body.append([WORKLOADS[w].label, p,
                      ", ".join(fmt(num(r["weight_gb_per_device"]), 1) for r in by),
