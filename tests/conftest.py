@@ -78,3 +78,11 @@ def random_trace(key, t, i, l, n, e, k, valid=None) -> Trace:
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _drop_compiled_after_module():
+    """Free each module's compiled executables when it ends: the suite's peak memory is the sum
+    of every module's jit caches otherwise (measured 2.47 -> 1.46 GB over five modules)."""
+    yield
+    jax.clear_caches()
