@@ -56,12 +56,12 @@ def token_scale(cfg: DyConfig, n_real):
     return cfg.tokens_per_gpu * cfg.num_devices / jnp.maximum(n_real, 1.0)
 
 
-def gemm_times_s(cfg: DyConfig, tokens_de, tau):
+def gemm_times_s(cfg: DyConfig, tokens_de, tau, tau_s=0.0):
     """GEMM-1 (gate + up) and GEMM-2 (down) seconds per GPU [G] (roofline per local expert).
 
-    tokens_de [G, E]: tokens of expert e on GPU d. Hard mode pads each expert's rows to whole
-    tiles of `tile_tokens` (a tiled grouped GEMM computes whole tiles); an expert with any
-    tokens reads its weights once (`systems.ep.expert_time_s`).
+    tokens_de [G, E]: tokens of expert e on GPU d; tau in tokens, tau_s in seconds. Hard mode
+    pads each expert's rows to whole tiles of `tile_tokens` (a tiled grouped GEMM computes
+    whole tiles); an expert with any tokens reads its weights once (`ep.expert_time_s`).
     """
     m, dev = cfg.model, cfg.platform.device
     rows = jnp.where(tau > 0, tokens_de,
@@ -73,7 +73,7 @@ def gemm_times_s(cfg: DyConfig, tokens_de, tau):
     def gemm(mats):
         comp = rows * 2.0 * mats * hf / peak
         mem = used * mats * hf * m.weight_bytes / dev.memory_Bps
-        return relax.maximum(comp, mem, tau).sum(-1)
+        return relax.maximum(comp, mem, tau_s).sum(-1)
 
     return gemm(m.ffn_matrices - 1), gemm(1)
 
@@ -110,7 +110,7 @@ def moe_layer(cfg: DyConfig, params: DyParams, expert_ids, token_mask, counts):
     wire = loads / eta
     tau_s = tau * cfg.latency_s  # dimensionless tau -> seconds
     tokens_de = (counts[:, None] * place).T * scale  # [G, E]
-    x1, x2 = gemm_times_s(cfg, tokens_de, tau)
+    x1, x2 = gemm_times_s(cfg, tokens_de, tau, tau_s)
     tile = tile_terms(cfg, eta)
 
     def one_pass(gemm_factor):
@@ -151,6 +151,7 @@ def moe_layer(cfg: DyConfig, params: DyParams, expert_ids, token_mask, counts):
         "bw_util": total / eta / jnp.maximum(out["latency_s"] * 2 * g * bw, 1e-30),
         "gemm_util": out["gemm_s"] / jnp.maximum(out["latency_s"], 1e-30),
         "tokens": n_tok,
+        "expert_tokens": tokens_de.sum(-1),
     }
 
 
@@ -166,7 +167,7 @@ def layers_of(cfg: DyConfig, params: DyParams, expert_ids, token_mask, counts):
 SCALARS = ("latency_s", "comm_s", "gemm_s", "exposed_comm_s", "attention_s", "block_s",
            "block_dualpipe_s", "traffic_bytes", "redundancy", "nvls_useless", "bw_util",
            "gemm_util", "tokens")
-VECTORS = ("port_up_bytes", "port_down_bytes", "traffic_by_primitive_bytes")
+VECTORS = ("port_up_bytes", "port_down_bytes", "traffic_by_primitive_bytes", "expert_tokens")
 
 
 @struct.dataclass
@@ -185,6 +186,7 @@ def build(cfg: DyConfig, num_iterations: int) -> System:
         ep.check_layers(params.placement, trace.counts.shape[-2])
         sums = {k: jnp.float32(0.0) for k in SCALARS}
         sums.update(port_up_bytes=jnp.zeros(g), port_down_bytes=jnp.zeros(g),
+                    expert_tokens=jnp.zeros(g),
                     traffic_by_primitive_bytes=jnp.zeros(len(traffic.LOAD_KINDS)))
         return DyState(trace, sums, jnp.float32(0.0))
 
