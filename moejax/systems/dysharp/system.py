@@ -97,15 +97,28 @@ def tile_terms(cfg: DyConfig, eta: float) -> schedule.TileTerms:
 def moe_layer(cfg: DyConfig, params: DyParams, expert_ids, token_mask, counts):
     """Metrics of one MoE layer: expert_ids [N, K], token_mask [N], counts [E] (tokens per
     expert). Times in seconds, bytes per GPU port at `tokens_per_gpu` scale."""
-    g = cfg.num_devices
-    tau = params.tau
     place = params.placement.astype(jnp.float32)
     n_real = (token_mask & (expert_ids >= 0).any(-1)).sum().astype(jnp.float32)
-    scale = token_scale(cfg, n_real)
+    loads = traffic.port_loads(expert_ids, token_mask, place, cfg.nvls_self_copy)
+    return layer_from_loads(cfg, params, loads, counts, n_real, token_scale(cfg, n_real))
+
+
+def layer_from_loads(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale):
+    """`moe_layer` from `traffic.port_loads` [5, 4, G] (token vectors of the sampled tokens)
+    and the factor `scale` to the simulated token count (several systems share one load pass).
+
+    One `relax.branch` around the whole layer: hard mode (tau = 0) is plain arithmetic.
+    """
+    return relax.branch(params.tau, lambda tau: _layer(cfg, params.placement, port_loads,
+                                                       counts, n_real, scale, tau))
+
+
+def _layer(cfg: DyConfig, placement, port_loads, counts, n_real, scale, tau):
+    g = cfg.num_devices
+    place = placement.astype(jnp.float32)
     eta = efficiency(cfg)
     bw = cfg.platform.topology.link_Bps
-    all_loads = traffic.port_loads(expert_ids, token_mask, place, cfg.nvls_self_copy)
-    all_loads = all_loads * scale * cfg.token_bytes  # [5, 4, G] payload bytes
+    all_loads = port_loads * scale * cfg.token_bytes  # [5, 4, G] payload bytes
     loads = all_loads[traffic.load_index(cfg.primitive, cfg.combine)]
     wire = loads / eta
     tau_s = tau * cfg.latency_s  # dimensionless tau -> seconds
