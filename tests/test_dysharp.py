@@ -251,3 +251,22 @@ def test_cli_dysharp_without_in_switch_compute_is_one_line_exit_2(capsys, tmp_pa
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "in-switch" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_relaxed_gradient_matches_finite_differences(setup):
+    """d(layer time)/d(placement mix) at tau > 0 (the tuning path) vs central differences."""
+    platform, model, traces = setup
+    cfg = make_config(platform, model)
+    p0 = jnp.asarray(contiguous_placement(E, G))
+    p1 = p0[np.random.default_rng(1).permutation(E)]
+    args = (traces.expert_ids[0, 0, 0], traces.token_mask[0, 0], traces.counts[0, 0, 0])
+
+    def f(a):
+        params = DyParams(placement=(1 - a) * p0 + a * p1, tau=jnp.float32(0.05))
+        return dys.moe_layer(cfg, params, *args)["latency_s"] * 1e6  # us
+
+    val_grad = jax.jit(jax.value_and_grad(f))
+    a, h = jnp.float32(0.3), 1e-2
+    _, g = val_grad(a)
+    fd = (val_grad(a + h)[0] - val_grad(a - h)[0]) / (2 * h)
+    assert float(g) == pytest.approx(float(fd), rel=0.05, abs=1e-3)

@@ -62,8 +62,8 @@ def layer_time_s(schedule: str, loads, x1, x2, link_Bps, latency_s, gemm_share: 
         t = (relax.maximum(cd, x1m / gemm_share, tau) + relax.maximum(x2m / gemm_share, cc, tau)
              + tile.fill_drain_s)
     elif schedule == "fused":
-        up = relax.max(loads[0] + loads[2], tau) / link_Bps
-        down = relax.max(loads[1] + loads[3], tau) / link_Bps
+        up = relax.max((loads[0] + loads[2]) / link_Bps, tau)  # seconds, as tau
+        down = relax.max((loads[1] + loads[3]) / link_Bps, tau)
         t = relax.max(jnp.stack([up, down, x / gemm_share]), tau, axis=0) + tile.fill_drain_s
     else:
         raise ValueError(schedule)
