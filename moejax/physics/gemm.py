@@ -1,0 +1,106 @@
+"""Grouped vs dense GEMM on a GPU: tile waves over the SMs, per-kernel efficiency, launches.
+
+Model (003 §3.2 Fig. 5, spec check 9): a GEMM [m, k] x [k, n] is cut into output tiles of
+`tile_m x tile_n`; tiles run in waves of `sms` (one tile per SM at a time), so a kernel of T
+tiles takes ceil(T / sms) waves, each as long as one tile at the kernel's efficiency. A
+**dense** kernel (cuBLAS, one launch per expert) quantizes per expert; a **grouped** kernel
+(one launch for all experts of a group) packs every expert's tiles into shared waves, so its
+last wave is fuller, but its per-tile efficiency is lower. The kernel also has to read its
+weights and activations once (memory floor), and each launch costs `launch_s`.
+
+    t_kernel = launch_s + max(waves * t_tile, bytes / memory_Bps)
+    t_tile   = 2 * tile_m * tile_n * k / (peak / sm_total * efficiency)
+
+Every function is elementwise over `rows` arrays (any shape) and jit / vmap safe; the hard
+`ceil` has no smooth form here (tuning of the SM split goes through the zeroth-order tuner).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmProfile:
+    """Kernel constants of a GPU. Defaults: H800 / H100 SXM (cited in `policies/epsmoe.toml`).
+
+    tile_m, tile_n: CTA output tile; 128 x 128 is the common Hopper bf16 tile of cuBLAS and
+      CUTLASS (spec check 9, an assumption: the paper names no tile).
+    eff_dense: per-tile efficiency of cuBLAS dense GEMM; public cuBLAS bf16 measurements on
+      H100 SXM reach about 740 of 989 TFLOP/s on large square GEMMs (0.75).
+    eff_group: per-tile efficiency of the grouped kernel; NVIDIA's cuBLAS grouped-GEMM blog
+      states the grouped kernels "only leverage warp-level MMA instructions" (not Hopper's
+      wgmma), which reach about two thirds of the wgmma rate: 0.75 * 2/3 = 0.5.
+    launch_s: one kernel launch as seen on a busy stream (CUDA launch overhead ~4 us).
+    """
+
+    tile_m: int = 128
+    tile_n: int = 128
+    eff_dense: float = 0.75
+    eff_group: float = 0.5
+    launch_s: float = 4e-6
+
+
+def tiles(rows, n_out: int, profile: GemmProfile):
+    """Output tiles of one GEMM with `rows` rows and `n_out` columns (0 rows -> 0 tiles)."""
+    return jnp.ceil(jnp.asarray(rows, jnp.float32) / profile.tile_m) * math.ceil(
+        n_out / profile.tile_n)
+
+
+def waves(num_tiles, sms):
+    """Waves of `num_tiles` tiles over `sms` SMs: ceil(T / S)."""
+    return jnp.ceil(jnp.asarray(num_tiles, jnp.float32) / sms)
+
+
+def fill_fraction(num_tiles, sms):
+    """Share of SM-slots busy over the waves: T / (waves * S) (1 = no idle tail)."""
+    w = waves(num_tiles, sms)
+    return jnp.where(w > 0, num_tiles / jnp.maximum(w * sms, 1.0), 1.0)
+
+
+def tile_time_s(k_dim: int, peak_flops: float, sm_total: int, efficiency: float,
+                profile: GemmProfile):
+    """Seconds one SM spends on one output tile of reduction depth `k_dim`."""
+    per_sm = peak_flops / sm_total * efficiency
+    return 2.0 * profile.tile_m * profile.tile_n * k_dim / per_sm
+
+
+def gemm_bytes(rows, k_dim: int, n_out: int, weight_bytes: float, act_bytes: float):
+    """Bytes one expert's GEMM moves: weights (if it has rows), input and output rows."""
+    rows = jnp.asarray(rows, jnp.float32)
+    used = (rows > 0).astype(jnp.float32)
+    return used * k_dim * n_out * weight_bytes + rows * (k_dim + n_out) * act_bytes
+
+
+def dense_time_s(rows, k_dim: int, n_out: int, *, sms, sm_total: int, peak_flops: float,
+                 memory_Bps: float, weight_bytes: float, act_bytes: float,
+                 profile: GemmProfile):
+    """One dense launch per expert with rows > 0 (axis -1 = experts): summed over experts."""
+    rows = jnp.asarray(rows, jnp.float32)
+    t_tile = tile_time_s(k_dim, peak_flops, sm_total, profile.eff_dense, profile)
+    comp = waves(tiles(rows, n_out, profile), sms) * t_tile
+    mem = gemm_bytes(rows, k_dim, n_out, weight_bytes, act_bytes) / memory_Bps
+    used = (rows > 0).astype(jnp.float32)
+    return (used * (profile.launch_s + jnp.maximum(comp, mem))).sum(-1)
+
+
+def group_time_s(rows, k_dim: int, n_out: int, *, sms, sm_total: int, peak_flops: float,
+                 memory_Bps: float, weight_bytes: float, act_bytes: float,
+                 profile: GemmProfile):
+    """One grouped launch over the experts on axis -1 (none if every expert has 0 rows)."""
+    rows = jnp.asarray(rows, jnp.float32)
+    t_tile = tile_time_s(k_dim, peak_flops, sm_total, profile.eff_group, profile)
+    comp = waves(tiles(rows, n_out, profile).sum(-1), sms) * t_tile
+    mem = gemm_bytes(rows, k_dim, n_out, weight_bytes, act_bytes).sum(-1) / memory_Bps
+    any_rows = (rows.sum(-1) > 0).astype(jnp.float32)
+    return any_rows * (profile.launch_s + jnp.maximum(comp, mem))
+
+
+def ffn_time_s(rows, hidden: int, ffn: int, kernel: str, **kw):
+    """A gated expert FFN (gate, up: [hidden -> ffn]; down: [ffn -> hidden]) as three GEMMs
+    of the chosen kernel ("dense" | "group") over the experts on axis -1."""
+    fn = dense_time_s if kernel == "dense" else group_time_s
+    return 2.0 * fn(rows, hidden, ffn, **kw) + fn(rows, ffn, hidden, **kw)
