@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from moejax.systems import ep, rebalancing
 from moejax.systems.amoe import policy as amoe_policy
+from moejax.systems.epsmoe import system as epsmoe_system
 from moejax.systems.fsedp import hydra as fsedp_hydra
 from moejax.systems.fsedp import system as fsedp_system
 from moejax.systems.wafer import system as wafer
@@ -44,4 +45,7 @@ SYSTEMS: dict[str, SystemEntry] = {
                          False),
     "hydra": SystemEntry(fsedp_hydra.check_options, fsedp_hydra.from_policy, ("chiplet",),
                          False),
+    # 003 EPS-MoE and its TP+TP / DP+EP / TP+EP baselines (one prefill forward, GPU nodes)
+    "epsmoe": SystemEntry(epsmoe_system.check_options, epsmoe_system.from_policy, ("gpu",),
+                          True),
 }

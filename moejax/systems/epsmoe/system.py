@@ -93,6 +93,8 @@ def build(cfg: EPSConfig, num_iterations: int = 1) -> System:
         out["forward_s"] = state.forward_s / n
         out["tokens_per_s"] = state.tokens / jnp.maximum(state.forward_s, 1e-30)
         out["pn"] = jnp.float32(cfg.pn)
+        # share of a block the slowest device's GEMMs (+ LocalReduce, shared experts) run
+        out["utilization_mean"] = out["compute_s"] / jnp.maximum(out["latency_s"], 1e-30)
         out["layer_latency_per_iter_s"] = outs
         return out
 
