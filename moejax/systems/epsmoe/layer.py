@@ -228,3 +228,21 @@ def _tp_tp(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, n_real, f
         "chunk_comm_s": jnp.zeros((1,)) + 2.0 * ar,
         "chunk_gemm_s": jnp.reshape(gemm_t, (1,)),
     }
+
+
+def pipeline_gain_s(c_s, n, overhead_s):
+    """E12 (003 §5.2 (5)): overlap gain L - R with L = C (N-1) / N (C = min(T_comm, T_comp))
+    and R = overhead (N - 1) (A5: zero at N = 1)."""
+    n = jnp.asarray(n, jnp.float32)
+    return c_s * (n - 1.0) / n - overhead_s * (n - 1.0)
+
+
+def heuristic_pn(c_s: float, overhead_s: float, local_experts: int) -> tuple[float, int]:
+    """The paper's optimum N* = sqrt(C / k) (E12), clipped to [1, E_loc], and the divisor of
+    E_loc with the largest gain (A3)."""
+    import math
+
+    cont = min(max(math.sqrt(c_s / overhead_s), 1.0), float(local_experts))
+    divs = [i for i in range(1, local_experts + 1) if local_experts % i == 0]
+    best = max(divs, key=lambda n: c_s * (n - 1) / n - overhead_s * (n - 1))
+    return cont, best
