@@ -84,10 +84,14 @@ class EPSConfig:
 
 @struct.dataclass
 class EPSParams:
-    """Tunable values: the load-aware switch threshold (rows per expert) and tau (hard: 0)."""
+    """Traced values (sweepable without recompiling): the load-aware switch threshold (rows
+    per expert), the workload's real tokens per forward (< 0: the config's) and sequence
+    length (< 0: the config's), and tau (hard: 0)."""
 
     switch_rows: jax.Array = struct.field(
         default_factory=lambda: jnp.float32(DEFAULT_SWITCH_ROWS))
+    tokens_per_forward: jax.Array = struct.field(default_factory=lambda: jnp.float32(-1.0))
+    seq_len: jax.Array = struct.field(default_factory=lambda: jnp.float32(-1.0))
     tau: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
 
 

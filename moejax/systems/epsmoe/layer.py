@@ -103,13 +103,13 @@ def overlap_share(cfg: EPSConfig) -> float:
     return max(cfg.phi_min, free / cfg.sm_comm)
 
 
-def attention_s(cfg: EPSConfig, n_real, tp: bool):
+def attention_s(cfg: EPSConfig, n_real, tp: bool, seq_len):
     """Attention block by roofline (E3, A4): compute split D ways; weights split D ways (TP)
     or replicated (DP). Causal prefill context seq_len / 2; GEMM efficiency eff_dense (FA3
     reaches ~0.75 of H100 peak, Shah et al. 2024)."""
     m, dev = cfg.model, cfg.platform.device
     d = cfg.num_devices
-    ctx = cfg.seq_len / 2.0
+    ctx = seq_len / 2.0
     flops = n_real * (m.attention_flops_per_token + 4.0 * ctx * m.num_heads * m.head_dim) / d
     comp = flops / (dev.flops("bf16") * cfg.profile.eff_dense)
     w = m.attention_weight_bytes / (d if tp else 1)
@@ -145,14 +145,17 @@ def ring_s(cfg: EPSConfig, volume_bytes, steps: int):
     return t, steps * volume_bytes / d
 
 
-def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows):
-    """Metrics of one block (attention + MoE) for one layer's routing (hard mode)."""
+def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, seq_len=None):
+    """Metrics of one block (attention + MoE) for one layer's routing (hard mode); seq_len
+    (traced) defaults to the config's."""
+    seq_len = cfg.seq_len if seq_len is None else seq_len
     m = cfg.model
     d = cfg.num_devices
     n_real = token_mask.sum() * scale
     full_bytes = n_real * m.token_bytes  # every token's hidden state (P of §4.2)
     if cfg.mode == "tp-tp":
-        return _tp_tp(cfg, expert_ids, token_mask, scale, switch_rows, n_real, full_bytes)
+        return _tp_tp(cfg, expert_ids, token_mask, scale, switch_rows, n_real, full_bytes,
+                      seq_len)
     sent, rows = chunk_demand(cfg, expert_ids, token_mask, scale)  # [N, D, D], [D, E_loc]
     traffic = sent * cfg.comm_token_bytes
     x_raw = (jax.vmap(lambda t: collectives.all_to_all_time_s(t, cfg.topo))(traffic)
@@ -180,7 +183,7 @@ def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows):
         comm = comm + 2.0 * rs
         bytes_dev = bytes_dev + 2.0 * rs_b
     tail = local_reduce_s(cfg, n_real) + shared_s(cfg, n_real)
-    att = attention_s(cfg, n_real, tp)
+    att = attention_s(cfg, n_real, tp, seq_len)
     moe = core + tail
     compute = y.sum() + tail
     return {
@@ -197,7 +200,8 @@ def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows):
     }
 
 
-def _tp_tp(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, n_real, full_bytes):
+def _tp_tp(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, n_real, full_bytes,
+           seq_len):
     """E4: attention TP, MoE TP (every device runs all tokens of every expert on ffn / D
     columns), a ring all-reduce after attention and after the MoE (vLLM's baseline)."""
     m = cfg.model
@@ -214,7 +218,7 @@ def _tp_tp(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, n_real, f
                              m.shared_ffn_size * m.num_shared_experts // d, cfg.sm_total)
         shared = t
     tail = local_reduce_s(cfg, n_real * d) + shared  # every device reduces all tokens
-    att = attention_s(cfg, n_real, True)
+    att = attention_s(cfg, n_real, True, seq_len)
     moe = gemm_t + tail + ar
     return {
         "block_s": att + moe + ar,

@@ -88,7 +88,7 @@ def two_stream(x, y):
     return comp_free
 
 
-def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows):
+def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, seq_len=None):
     """Reference metrics of one block: block_s, comm_s, compute_s, bytes_per_device."""
     m = cfg.model
     d, e_loc, pn = cfg.num_devices, cfg.local_experts, cfg.pn
@@ -96,7 +96,7 @@ def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows):
     n_real = len(toks) * scale
     full = n_real * m.token_bytes
     dev = cfg.platform.device
-    ctx = cfg.seq_len / 2.0
+    ctx = (cfg.seq_len if seq_len is None else seq_len) / 2.0
     flops = n_real * (m.attention_flops_per_token + 4.0 * ctx * m.num_heads * m.head_dim) / d
     tp = cfg.mode != "dp-ep"
     att = max(flops / (dev.flops("bf16") * cfg.profile.eff_dense),

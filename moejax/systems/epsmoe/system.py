@@ -44,18 +44,24 @@ class EPSState:
     iterations: jax.Array
 
 
-def scale_of(cfg: EPSConfig, token_mask):
-    """Real tokens each simulated token stands for (tokens_per_forward / simulated tokens)."""
+def scale_of(cfg: EPSConfig, params: EPSParams, token_mask):
+    """Real tokens each simulated token stands for (tokens_per_forward / simulated tokens;
+    the params' value if >= 0, else the config's; 0: the trace's own tokens)."""
     n = jnp.maximum(token_mask.sum(), 1).astype(jnp.float32)
-    if cfg.tokens_per_forward <= 0:
-        return jnp.float32(1.0)
-    return cfg.tokens_per_forward / n
+    want = jnp.where(params.tokens_per_forward >= 0, params.tokens_per_forward,
+                     jnp.float32(cfg.tokens_per_forward))
+    return jnp.where(want > 0, want / n, 1.0)
+
+
+def seq_len_of(cfg: EPSConfig, params: EPSParams):
+    return jnp.where(params.seq_len > 0, params.seq_len, jnp.float32(cfg.seq_len))
 
 
 def forward(cfg: EPSConfig, params: EPSParams, expert_ids, token_mask):
     """(per-layer block metrics, forward seconds, real tokens) of one iteration."""
-    scale = scale_of(cfg, token_mask)
-    layers = jax.vmap(lambda ids: block(cfg, ids, token_mask, scale, params.switch_rows))(
+    scale = scale_of(cfg, params, token_mask)
+    seq = seq_len_of(cfg, params)
+    layers = jax.vmap(lambda ids: block(cfg, ids, token_mask, scale, params.switch_rows, seq))(
         expert_ids)
     m = cfg.model
     n_real = token_mask.sum() * scale
