@@ -15,7 +15,7 @@ from moejax.hardware import load_platform
 from moejax.models import load_model
 from moejax.physics import gemm
 from moejax.systems.epsmoe import layer, reference
-from moejax.systems.epsmoe.config import EPSParams, make_config
+from moejax.systems.epsmoe.config import default_params, make_config
 from moejax.systems.epsmoe.system import build
 from moejax.trace import activated_experts_expected, device_limited, gen  # noqa: I001
 
@@ -35,9 +35,21 @@ def dsv2_ids():
     return ids, mask
 
 
-def _block(cfg, ids, mask, scale=4.0, switch=64.0):
-    return jax.jit(lambda i, m: layer.block(cfg, i, m, jnp.float32(scale),
-                                            jnp.float32(switch)))(ids, mask)
+def _block(cfg, ids, mask, scale=4.0, switch=64.0, **changes):
+    """One block, jitted, under params holding the config's values (+ changes)."""
+    p = default_params(cfg, switch_rows=switch, **changes)
+    return _jit_block(cfg)(p, jnp.asarray(ids), jnp.asarray(mask), jnp.float32(scale))
+
+
+_JIT = {}
+
+
+def _jit_block(cfg):
+    """One compile per (mode, model, platform): pn, kernel, SMs, fp8 are traced params."""
+    key = (cfg.mode, cfg.model.name, cfg.platform.name)
+    if key not in _JIT:
+        _JIT[key] = jax.jit(lambda p, i, m, s: layer.block(cfg, p, i, m, s))
+    return _JIT[key]
 
 
 def test_activated_experts_closed_form():
@@ -96,7 +108,8 @@ def test_volumes_and_order(dsv2_ids):
 def test_conservation_and_bounds(dsv2_ids):
     ids, mask = dsv2_ids
     cfg = make_config(H8, DSV2, mode="dp-ep", pn=4)
-    sent, rows = layer.chunk_demand(cfg, jnp.asarray(ids), jnp.asarray(mask), 3.0)
+    sent, rows = layer.chunk_demand(cfg, jnp.asarray(ids), jnp.asarray(mask), 3.0,
+                                    jnp.float32(4.0))
     assert float(rows.sum()) == pytest.approx(250 * 6 * 3.0)
     out = _block(cfg, ids, mask)
     assert float(out["moe_s"]) >= max(float(out["chunk_comm_s"].sum()),
@@ -130,10 +143,10 @@ def test_vmap_equals_loop_and_pipeline_options():
                       tokens=128, num_experts=8, top_k=2)
     cfg = make_config(H4, MIX, mode="tp-ep", pn=2, gemm="dense", sm_gemm=116,
                       tokens_per_forward=65536)
-    system = build(cfg)
-    batch = engine.simulate(system, EPSParams(), tr)
+    system, params = build(cfg), default_params(cfg)
+    batch = engine.simulate(system, params, tr)
     for i in range(3):
-        one = engine.simulate(system, EPSParams(), tr[i:i + 1])
+        one = engine.simulate(system, params, tr[i:i + 1])
         for k in ("ttft_s", "latency_s", "bytes_per_device", "comm_s"):
             np.testing.assert_allclose(batch[k][i], one[k][0], rtol=1e-6)
     assert np.all(batch["ttft_s"] > 0) and np.all(batch["dense_fraction"] == 1.0)

@@ -104,3 +104,10 @@ def ffn_time_s(rows, hidden: int, ffn: int, kernel: str, **kw):
     of the chosen kernel ("dense" | "group") over the experts on axis -1."""
     fn = dense_time_s if kernel == "dense" else group_time_s
     return 2.0 * fn(rows, hidden, ffn, **kw) + fn(rows, ffn, hidden, **kw)
+
+
+def kernel_time_s(num_tiles, nbytes, launches, t_tile, sms, memory_Bps, launch_s):
+    """Generic kernel(s): `launches` launches, ceil(tiles / sms) waves of `t_tile`, at least
+    `nbytes` / memory_Bps (elementwise; arrays broadcast)."""
+    comp = waves(num_tiles, sms) * t_tile
+    return launches * launch_s + jnp.maximum(comp, nbytes / memory_Bps) * (launches > 0)

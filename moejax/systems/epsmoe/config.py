@@ -82,17 +82,59 @@ class EPSConfig:
         return self.model.hidden_size * (1.0 if self.fp8_comm else self.model.act_bytes)
 
 
+def _f(x):
+    return struct.field(default_factory=lambda: jnp.float32(x))
+
+
 @struct.dataclass
 class EPSParams:
-    """Traced values (sweepable without recompiling): the load-aware switch threshold (rows
-    per expert), the workload's real tokens per forward (< 0: the config's) and sequence
-    length (< 0: the config's), and tau (hard: 0)."""
+    """Traced values (float32 scalars; sweepable with one compile per (mode, platform, model)).
 
-    switch_rows: jax.Array = struct.field(
-        default_factory=lambda: jnp.float32(DEFAULT_SWITCH_ROWS))
-    tokens_per_forward: jax.Array = struct.field(default_factory=lambda: jnp.float32(-1.0))
-    seq_len: jax.Array = struct.field(default_factory=lambda: jnp.float32(-1.0))
-    tau: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
+    pn: pipeline degree N (a divisor of the local experts); kernel: 0 group, 1 dense,
+    2 threshold, 3 adaptive (`KERNELS` order); switch_rows: threshold in rows per expert;
+    sm_gemm (0: all SMs), sm_comm; fp8_comm, overlap: 0 / 1; tokens_per_forward (0: the
+    trace's own) and seq_len: the workload; tau: 0 (hard mode only).
+    """
+
+    pn: jax.Array = _f(1.0)
+    kernel: jax.Array = _f(0.0)
+    switch_rows: jax.Array = _f(DEFAULT_SWITCH_ROWS)
+    sm_gemm: jax.Array = _f(0.0)
+    sm_comm: jax.Array = _f(DEFAULT_C_SAT)
+    fp8_comm: jax.Array = _f(0.0)
+    overlap: jax.Array = _f(1.0)
+    tokens_per_forward: jax.Array = _f(0.0)
+    seq_len: jax.Array = _f(2048.0)
+    tau: jax.Array = _f(0.0)
+
+
+def default_params(cfg: EPSConfig, **changes) -> EPSParams:
+    """EPSParams holding the config's values (and `changes`, validated like the config)."""
+    f = jnp.float32
+    vals = dict(pn=cfg.pn, kernel=KERNELS.index(cfg.gemm), switch_rows=DEFAULT_SWITCH_ROWS,
+                sm_gemm=cfg.sm_gemm, sm_comm=cfg.sm_comm, fp8_comm=float(cfg.fp8_comm),
+                overlap=float(cfg.overlap), tokens_per_forward=cfg.tokens_per_forward,
+                seq_len=cfg.seq_len)
+    if "gemm" in changes:
+        g = changes.pop("gemm")
+        if g not in KERNELS:
+            raise ConfigError(f"gemm = {g!r}; allowed: {', '.join(KERNELS)}")
+        vals["kernel"] = KERNELS.index(g)
+    vals.update(changes)
+    check = dataclasses.replace(cfg, pn=int(vals["pn"]), sm_gemm=int(vals["sm_gemm"]),
+                                sm_comm=int(vals["sm_comm"]))
+    make_config(cfg.platform, cfg.model, **{k: getattr(check, k) for k in (
+        "mode", "pn", "sm_gemm", "sm_comm")})
+    return EPSParams(**{k: f(v) for k, v in vals.items()})
+
+
+def config_of(cfg: EPSConfig, params: EPSParams) -> EPSConfig:
+    """The config whose static values are these (unbatched) params (for the reference)."""
+    return dataclasses.replace(
+        cfg, pn=int(params.pn), gemm=KERNELS[int(params.kernel)], sm_gemm=int(params.sm_gemm),
+        sm_comm=int(params.sm_comm), fp8_comm=bool(params.fp8_comm),
+        overlap=bool(params.overlap), tokens_per_forward=int(params.tokens_per_forward),
+        seq_len=int(params.seq_len))
 
 
 def divisors(n: int) -> tuple[int, ...]:

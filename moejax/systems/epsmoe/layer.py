@@ -20,87 +20,110 @@ expert column-split on all devices and all-reduces after attention and after the
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from moejax import ops
 from moejax.physics import collectives, gemm
-from moejax.systems.epsmoe.config import EPSConfig
+from moejax.systems.epsmoe.config import EPSConfig, EPSParams
 
 
-def gemm_kw(cfg: EPSConfig, sms) -> dict:
-    dev, m = cfg.platform.device, cfg.model
-    return dict(sms=sms, sm_total=cfg.sm_total, peak_flops=dev.flops("bf16"),
-                memory_Bps=dev.memory_Bps, weight_bytes=m.weight_bytes, act_bytes=m.act_bytes,
-                profile=cfg.profile)
+def chunk_matrix(cfg: EPSConfig, pn):
+    """[E_loc (local expert), E_loc (chunk)] one-hot: local expert j is in chunk
+    j // (E_loc / N) (chunks c >= N stay empty); pn traced."""
+    e_loc = cfg.local_experts
+    g = e_loc // jnp.maximum(pn.astype(jnp.int32), 1)
+    chunk = jnp.arange(e_loc) // g
+    return (chunk[:, None] == jnp.arange(e_loc)[None, :]).astype(jnp.float32), chunk
 
 
-def expert_gemm_s(cfg: EPSConfig, rows, switch_rows, ffn: int, sms):
-    """GEMM time of groups of experts (rows [..., G]) under the configured kernel policy;
-    returns (seconds [...], 1.0 where the dense kernel ran)."""
-    h = cfg.model.hidden_size
-    kw = gemm_kw(cfg, sms)
-    t_group = gemm.ffn_time_s(rows, h, ffn, "group", **kw)
-    t_dense = gemm.ffn_time_s(rows, h, ffn, "dense", **kw)
-    if cfg.gemm == "group":
-        use_dense = jnp.zeros_like(t_group)
-    elif cfg.gemm == "dense":
-        use_dense = jnp.ones_like(t_group)
-    elif cfg.gemm == "threshold":  # 003 §3.2: DenseGemm when the rows per active expert are large
-        active = (rows > 0).sum(-1)
-        mean_rows = rows.sum(-1) / jnp.maximum(active, 1)
-        use_dense = (mean_rows >= switch_rows).astype(jnp.float32)
-    else:  # "adaptive": the faster kernel per load
-        use_dense = (t_dense < t_group).astype(jnp.float32)
-    return use_dense * t_dense + (1.0 - use_dense) * t_group, use_dense
+def ffn_chunk_s(cfg: EPSConfig, p: EPSParams, rows, onehot, ffn: int, sms):
+    """GEMM seconds of each chunk ([..., C]) of the experts in `rows` [..., E] grouped by
+    `onehot` [E, C], under the kernel policy `p.kernel`; and 1.0 where dense ran."""
+    dev, m, prof = cfg.platform.device, cfg.model, cfg.profile
+    h, peak = m.hidden_size, dev.flops("bf16")
+    used = (rows > 0).astype(jnp.float32)
+    t_g = t_d = 0.0
+    for k_dim, n_out, times in ((h, ffn, 2.0), (ffn, h, 1.0)):  # gate + up, down
+        tiles_e = gemm.tiles(rows, n_out, prof)
+        bytes_e = gemm.gemm_bytes(rows, k_dim, n_out, m.weight_bytes, m.act_bytes)
+        tt_g = gemm.tile_time_s(k_dim, peak, cfg.sm_total, prof.eff_group, prof)
+        tt_d = gemm.tile_time_s(k_dim, peak, cfg.sm_total, prof.eff_dense, prof)
+        any_c = ((rows @ onehot) > 0).astype(jnp.float32)
+        t_g = t_g + times * gemm.kernel_time_s(tiles_e @ onehot, bytes_e @ onehot, any_c, tt_g,
+                                               sms, dev.memory_Bps, prof.launch_s)
+        t_d = t_d + times * (gemm.kernel_time_s(tiles_e, bytes_e, used, tt_d, sms,
+                                                dev.memory_Bps, prof.launch_s) @ onehot)
+    mean_rows = (rows @ onehot) / jnp.maximum(used @ onehot, 1.0)
+    k = p.kernel
+    use_dense = jnp.where(k == 1, 1.0, jnp.where(
+        k == 2, (mean_rows >= p.switch_rows).astype(jnp.float32),
+        jnp.where(k == 3, (t_d < t_g).astype(jnp.float32), 0.0)))
+    return use_dense * t_d + (1.0 - use_dense) * t_g, use_dense
 
 
-def chunk_demand(cfg: EPSConfig, expert_ids, token_mask, scale):
-    """(tokens sent [N, D(src), D(dst)] per chunk, deduplicated per (token, device, chunk);
-    rows [D, E_loc] per (device, local expert)), both in real tokens (x scale)."""
-    d, e_loc, pn = cfg.num_devices, cfg.local_experts, cfg.pn
+def dense_ffn_s(cfg: EPSConfig, rows, ffn: int):
+    """Dense kernel on one row block (shared experts), every SM."""
+    dev, m, prof = cfg.platform.device, cfg.model, cfg.profile
+    t = 0.0
+    for k_dim, n_out, times in ((m.hidden_size, ffn, 2.0), (ffn, m.hidden_size, 1.0)):
+        tt = gemm.tile_time_s(k_dim, dev.flops("bf16"), cfg.sm_total, prof.eff_dense, prof)
+        t = t + times * gemm.kernel_time_s(
+            gemm.tiles(rows, n_out, prof),
+            gemm.gemm_bytes(rows, k_dim, n_out, m.weight_bytes, m.act_bytes),
+            (rows > 0).astype(jnp.float32), tt, cfg.sm_total, dev.memory_Bps, prof.launch_s)
+    return t
+
+
+def chunk_demand(cfg: EPSConfig, expert_ids, token_mask, scale, pn):
+    """(tokens sent [C, D(src), D(dst)] per chunk (C = E_loc; chunks >= N empty),
+    deduplicated per (token, device, chunk); rows [D, E_loc] per (device, local expert)),
+    both in real tokens (x scale)."""
+    d, e_loc = cfg.num_devices, cfg.local_experts
     n_tok, k = expert_ids.shape
+    _, chunk_of = chunk_matrix(cfg, pn)
     valid = (expert_ids >= 0) & token_mask[:, None]
     ids = jnp.maximum(expert_ids, 0)
     dev = ids // e_loc
     local = ids % e_loc
-    chunk = local // (e_loc // pn)
+    chunk = chunk_of[local]
     owner = jnp.asarray(np.arange(n_tok) % d, jnp.int32)[:, None]
-    key = dev * pn + chunk  # [N, K] (device, chunk) each choice needs
+    key = dev * e_loc + chunk  # [N, K] (device, chunk) each choice needs
     earlier = np.tril(np.ones((k, k), bool), -1)  # [i, j]: j < i
     dup = ((key[:, :, None] == key[:, None, :]) & valid[:, None, :] & earlier).any(-1)
     first = valid & ~dup
     flat = jnp.where(valid, (chunk * d + owner) * d + dev, -1)
-    sent = ops.bincount(flat, first, pn * d * d).reshape(pn, d, d).astype(jnp.float32)
+    sent = ops.bincount(flat, first, e_loc * d * d).reshape(e_loc, d, d).astype(jnp.float32)
     rows = ops.bincount(jnp.where(valid, dev * e_loc + local, -1), valid, d * e_loc)
     return sent * scale, rows.reshape(d, e_loc).astype(jnp.float32) * scale
 
 
 def flow_shop_s(x, y):
     """Makespan of a two-resource flow shop (stage 1 times x [N], stage 2 times y [N], jobs
-    in order, unlimited buffer): max_j sum_{c<=j} x_c + sum_{c>=j} y_c."""
+    in order, unlimited buffer): max_j sum_{c<=j} x_c + sum_{c>=j} y_c. Trailing empty jobs
+    (x = y = 0) do not change it."""
     head = jnp.cumsum(x)
     tail = jnp.cumsum(y[::-1])[::-1]
     return jnp.max(head + tail)
 
 
-def comm_slowdown(cfg: EPSConfig) -> float:
+def comm_slowdown(cfg: EPSConfig, sm_comm):
     """Factor on all2all time from its SMs (E14, 003 Fig. 7b): below `c_sat` SMs the comm
     kernel slows in proportion."""
-    return max(1.0, cfg.c_sat / cfg.sm_comm)
+    return jnp.maximum(1.0, cfg.c_sat / sm_comm)
 
 
-def overlap_share(cfg: EPSConfig) -> float:
+def gemm_sms(cfg: EPSConfig, sm_gemm):
+    return jnp.where(sm_gemm > 0, sm_gemm, jnp.float32(cfg.sm_total))
+
+
+def overlap_share(cfg: EPSConfig, sm_gemm, sm_comm):
     """Share phi of the comm that can overlap a GEMM (E14, spec §5): 1 when the GEMM leaves
     the comm kernel its SMs (sm_gemm + sm_comm <= SMs); else (SMs - sm_gemm) / sm_comm,
     at least phi_min (003 §5.2 (3): with every SM on the GEMM the comm "cannot be scheduled")."""
-    free = cfg.sm_total - cfg.gemm_sms
-    if free >= cfg.sm_comm:
-        return 1.0
-    return max(cfg.phi_min, free / cfg.sm_comm)
+    free = cfg.sm_total - gemm_sms(cfg, sm_gemm)
+    return jnp.where(free >= sm_comm, 1.0, jnp.maximum(cfg.phi_min, free / sm_comm))
 
 
 def attention_s(cfg: EPSConfig, n_real, tp: bool, seq_len):
@@ -117,22 +140,19 @@ def attention_s(cfg: EPSConfig, n_real, tp: bool, seq_len):
     return jnp.maximum(comp, (w + act) / dev.memory_Bps)
 
 
-def shared_s(cfg: EPSConfig, n_real):
-    """Shared experts (and Arctic's residual MLP) on each device's share of the tokens (serial
-    after the routed experts, A14), dense kernel."""
+def shared_s(cfg: EPSConfig, rows, split: int = 1):
+    """Shared experts (and Arctic's residual MLP) on `rows` tokens with ffn / split columns
+    (serial after the routed experts, A14), dense kernel."""
     m = cfg.model
     if m.num_shared_experts == 0:
         return jnp.float32(0.0)
-    rows = jnp.reshape(n_real / cfg.num_devices, (1,))
-    t, _ = expert_gemm_s(dataclasses.replace(cfg, gemm="dense"), rows, 0.0,
-                         m.shared_ffn_size * m.num_shared_experts, cfg.sm_total)
-    return t
+    return dense_ffn_s(cfg, rows, m.shared_ffn_size * m.num_shared_experts // split)
 
 
-def local_reduce_s(cfg: EPSConfig, n_real):
-    """LocalReduce (E11): read k expert outputs + write one per owned token, memory-bound."""
+def local_reduce_s(cfg: EPSConfig, tokens):
+    """LocalReduce (E11): read k expert outputs + write one per token, memory-bound."""
     m = cfg.model
-    return n_real / cfg.num_devices * (m.top_k + 1) * m.token_bytes / cfg.platform.device.memory_Bps
+    return tokens * (m.top_k + 1) * m.token_bytes / cfg.platform.device.memory_Bps
 
 
 def ring_s(cfg: EPSConfig, volume_bytes, steps: int):
@@ -145,34 +165,31 @@ def ring_s(cfg: EPSConfig, volume_bytes, steps: int):
     return t, steps * volume_bytes / d
 
 
-def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, seq_len=None):
-    """Metrics of one block (attention + MoE) for one layer's routing (hard mode); seq_len
-    (traced) defaults to the config's."""
-    seq_len = cfg.seq_len if seq_len is None else seq_len
+def block(cfg: EPSConfig, p: EPSParams, expert_ids, token_mask, scale):
+    """Metrics of one block (attention + MoE) for one layer's routing (hard mode)."""
     m = cfg.model
-    d = cfg.num_devices
+    d, e_loc = cfg.num_devices, cfg.local_experts
     n_real = token_mask.sum() * scale
     full_bytes = n_real * m.token_bytes  # every token's hidden state (P of §4.2)
     if cfg.mode == "tp-tp":
-        return _tp_tp(cfg, expert_ids, token_mask, scale, switch_rows, n_real, full_bytes,
-                      seq_len)
-    sent, rows = chunk_demand(cfg, expert_ids, token_mask, scale)  # [N, D, D], [D, E_loc]
-    traffic = sent * cfg.comm_token_bytes
+        return _tp_tp(cfg, p, expert_ids, token_mask, scale, n_real, full_bytes)
+    pn = p.pn
+    sent, rows = chunk_demand(cfg, expert_ids, token_mask, scale, pn)  # [C, D, D], [D, E_loc]
+    tok_bytes = m.hidden_size * jnp.where(p.fp8_comm > 0, 1.0, m.act_bytes)
+    traffic = sent * tok_bytes
     x_raw = (jax.vmap(lambda t: collectives.all_to_all_time_s(t, cfg.topo))(traffic)
              + jax.vmap(lambda t: collectives.all_to_all_time_s(t.T, cfg.topo))(traffic))
-    pipelined = cfg.pn > 1 and cfg.overlap
-    x = x_raw * comm_slowdown(cfg) + 2.0 * cfg.alpha_s
-    g = cfg.local_experts // cfg.pn
-    rows_c = rows.reshape(d, cfg.pn, g)
-    sms = cfg.gemm_sms if pipelined else cfg.sm_total
-    t_dc, dense = expert_gemm_s(cfg, rows_c, switch_rows, m.expert_ffn_size, sms)  # [D, N]
+    active = (jnp.arange(e_loc) < pn).astype(jnp.float32)
+    x = active * (x_raw * comm_slowdown(cfg, p.sm_comm) + 2.0 * cfg.alpha_s)
+    pipelined = (pn > 1) & (p.overlap > 0)
+    sms = jnp.where(pipelined, gemm_sms(cfg, p.sm_gemm), jnp.float32(cfg.sm_total))
+    onehot, _ = chunk_matrix(cfg, pn)
+    t_dc, dense = ffn_chunk_s(cfg, p, rows, onehot, m.expert_ffn_size, sms)  # [D, C]
     y = t_dc.max(0)
-    if pipelined:  # the share of comm that cannot overlap runs exposed (serial)
-        phi = overlap_share(cfg)
-        core = flow_shop_s(phi * x, y) + (1.0 - phi) * x.sum()
-    else:
-        core = x.sum() + y.sum()
-    core = core + cfg.chunk_overhead_s * (cfg.pn - 1)
+    phi = overlap_share(cfg, p.sm_gemm, p.sm_comm)
+    core = jnp.where(pipelined, flow_shop_s(phi * x, y) + (1.0 - phi) * x.sum(),
+                     x.sum() + y.sum())
+    core = core + cfg.chunk_overhead_s * (pn - 1.0)
     a2a_bytes = 2.0 * traffic.sum(0) * (1.0 - jnp.eye(d))  # dispatch + combine
     bytes_dev = a2a_bytes.sum(-1).mean()
     comm = x.sum()
@@ -182,10 +199,12 @@ def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, seq_len=No
         core = core + 2.0 * rs
         comm = comm + 2.0 * rs
         bytes_dev = bytes_dev + 2.0 * rs_b
-    tail = local_reduce_s(cfg, n_real) + shared_s(cfg, n_real)
-    att = attention_s(cfg, n_real, tp, seq_len)
+    tail = local_reduce_s(cfg, n_real / d) + shared_s(cfg, jnp.reshape(n_real / d, (1,)))
+    tail = jnp.sum(tail)
+    att = attention_s(cfg, n_real, tp, p.seq_len)
     moe = core + tail
     compute = y.sum() + tail
+    n_chunks = jnp.maximum(pn, 1.0)
     return {
         "block_s": att + moe,
         "attention_s": att,
@@ -194,14 +213,13 @@ def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, seq_len=No
         "compute_s": compute,
         "exposed_comm_s": moe - compute,
         "bytes_per_device": bytes_dev,
-        "dense_fraction": dense.mean(),
+        "dense_fraction": (dense * active).sum() / (d * n_chunks),
         "chunk_comm_s": x,
         "chunk_gemm_s": y,
     }
 
 
-def _tp_tp(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, n_real, full_bytes,
-           seq_len):
+def _tp_tp(cfg: EPSConfig, p: EPSParams, expert_ids, token_mask, scale, n_real, full_bytes):
     """E4: attention TP, MoE TP (every device runs all tokens of every expert on ffn / D
     columns), a ring all-reduce after attention and after the MoE (vLLM's baseline)."""
     m = cfg.model
@@ -209,16 +227,14 @@ def _tp_tp(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, n_real, f
     valid = (expert_ids >= 0) & token_mask[:, None]
     rows = ops.bincount(jnp.where(valid, expert_ids, -1), valid, m.num_experts)
     rows = rows.astype(jnp.float32) * scale
-    gemm_t, dense = expert_gemm_s(cfg, rows, switch_rows, m.expert_ffn_size // d, cfg.sm_total)
+    one = jnp.ones((m.num_experts, 1), jnp.float32)  # all experts in one group
+    gemm_t, dense = ffn_chunk_s(cfg, p, rows, one, m.expert_ffn_size // d,
+                                jnp.float32(cfg.sm_total))
+    gemm_t = gemm_t[0]
     ar, ar_b = ring_s(cfg, full_bytes, 2 * (d - 1))
-    shared = jnp.float32(0.0)
-    if m.num_shared_experts:
-        t, _ = expert_gemm_s(dataclasses.replace(cfg, gemm="dense"),
-                             jnp.reshape(n_real, (1,)), 0.0,
-                             m.shared_ffn_size * m.num_shared_experts // d, cfg.sm_total)
-        shared = t
-    tail = local_reduce_s(cfg, n_real * d) + shared  # every device reduces all tokens
-    att = attention_s(cfg, n_real, True, seq_len)
+    shared = jnp.sum(shared_s(cfg, jnp.reshape(n_real, (1,)), d))
+    tail = local_reduce_s(cfg, n_real) + shared  # every device reduces all tokens
+    att = attention_s(cfg, n_real, True, p.seq_len)
     moe = gemm_t + tail + ar
     return {
         "block_s": att + moe + ar,
@@ -228,7 +244,7 @@ def _tp_tp(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, n_real, f
         "compute_s": gemm_t + tail,
         "exposed_comm_s": 2.0 * ar,
         "bytes_per_device": 2.0 * ar_b,
-        "dense_fraction": dense.mean(),
+        "dense_fraction": dense[0],
         "chunk_comm_s": jnp.zeros((1,)) + 2.0 * ar,
         "chunk_gemm_s": jnp.reshape(gemm_t, (1,)),
     }

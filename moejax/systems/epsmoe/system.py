@@ -26,6 +26,7 @@ from moejax.systems.epsmoe.config import (
     MODES,
     EPSConfig,
     EPSParams,
+    default_params,
     make_config,
 )
 from moejax.systems.epsmoe.layer import block
@@ -44,25 +45,18 @@ class EPSState:
     iterations: jax.Array
 
 
-def scale_of(cfg: EPSConfig, params: EPSParams, token_mask):
+def scale_of(params: EPSParams, token_mask):
     """Real tokens each simulated token stands for (tokens_per_forward / simulated tokens;
-    the params' value if >= 0, else the config's; 0: the trace's own tokens)."""
+    0: the trace's own tokens)."""
     n = jnp.maximum(token_mask.sum(), 1).astype(jnp.float32)
-    want = jnp.where(params.tokens_per_forward >= 0, params.tokens_per_forward,
-                     jnp.float32(cfg.tokens_per_forward))
+    want = params.tokens_per_forward
     return jnp.where(want > 0, want / n, 1.0)
-
-
-def seq_len_of(cfg: EPSConfig, params: EPSParams):
-    return jnp.where(params.seq_len > 0, params.seq_len, jnp.float32(cfg.seq_len))
 
 
 def forward(cfg: EPSConfig, params: EPSParams, expert_ids, token_mask):
     """(per-layer block metrics, forward seconds, real tokens) of one iteration."""
-    scale = scale_of(cfg, params, token_mask)
-    seq = seq_len_of(cfg, params)
-    layers = jax.vmap(lambda ids: block(cfg, ids, token_mask, scale, params.switch_rows, seq))(
-        expert_ids)
+    scale = scale_of(params, token_mask)
+    layers = jax.vmap(lambda ids: block(cfg, params, ids, token_mask, scale))(expert_ids)
     m = cfg.model
     n_real = token_mask.sum() * scale
     dense = 0.0
@@ -98,13 +92,13 @@ def build(cfg: EPSConfig, num_iterations: int = 1) -> System:
         out["ttft_s"] = state.forward_s / n
         out["forward_s"] = state.forward_s / n
         out["tokens_per_s"] = state.tokens / jnp.maximum(state.forward_s, 1e-30)
-        out["pn"] = jnp.float32(cfg.pn)
+        out["pn"] = params.pn
         # share of a block the slowest device's GEMMs (+ LocalReduce, shared experts) run
         out["utilization_mean"] = out["compute_s"] / jnp.maximum(out["latency_s"], 1e-30)
         out["layer_latency_per_iter_s"] = outs
         return out
 
-    return System(name=f"epsmoe-{cfg.mode}-pn{cfg.pn}", init=init, step=step, finish=finish,
+    return System(name=f"epsmoe-{cfg.mode}", init=init, step=step, finish=finish,
                   num_steps=num_iterations)
 
 
@@ -146,4 +140,4 @@ def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
         e_loc = max(model.num_experts // platform.num_devices, 1)
         opts["pn"] = max(x for x in divisors(e_loc) if x <= max(opts["pn"], 1))
     cfg = make_config(platform, model, **opts)
-    return build(cfg, num_iterations), EPSParams(switch_rows=jnp.float32(switch))
+    return build(cfg, num_iterations), default_params(cfg, switch_rows=switch)
