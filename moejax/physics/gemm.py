@@ -9,7 +9,15 @@ last wave is fuller, but its per-tile efficiency is lower. The kernel also has t
 weights and activations once (memory floor), and each launch costs `launch_s`.
 
     t_kernel = launch_s + max(waves * t_tile, bytes / memory_Bps)
-    t_tile   = 2 * tile_m * tile_n * k / (peak / sm_total * efficiency)
+    t_tile   = 2 * tile_m * tile_n * k / r(sms)
+    r(sms)   = peak / sm_total * mma_share * min(1, clock_share * sm_total / sms)
+
+Per-SM rate r: `mma_share` is the kernel's share of the tensor-core peak per SM at full
+clock (1 for wgmma kernels, 2/3 for warp-level MMA); `clock_share` is the clock the whole
+chip sustains under a full tensor-core load, relative to the boost clock the peak assumes
+(power cap). With fewer busy SMs the clock rises until the per-SM rate reaches its cap, so
+a GEMM keeps its speed on fewer SMs "within a range" (003 §3.2 Conclusion 3, Fig. 5c), here
+down to clock_share * sm_total SMs (99 of 132).
 
 Every function is elementwise over `rows` arrays (any shape) and jit / vmap safe; the hard
 `ceil` has no smooth form here (tuning of the SM split goes through the zeroth-order tuner).
@@ -29,19 +37,29 @@ class GemmProfile:
 
     tile_m, tile_n: CTA output tile; 128 x 128 is the common Hopper bf16 tile of cuBLAS and
       CUTLASS (spec check 9, an assumption: the paper names no tile).
-    eff_dense: per-tile efficiency of cuBLAS dense GEMM; public cuBLAS bf16 measurements on
-      H100 SXM reach about 740 of 989 TFLOP/s on large square GEMMs (0.75).
-    eff_group: per-tile efficiency of the grouped kernel; NVIDIA's cuBLAS grouped-GEMM blog
-      states the grouped kernels "only leverage warp-level MMA instructions" (not Hopper's
-      wgmma), which reach about two thirds of the wgmma rate: 0.75 * 2/3 = 0.5.
+    clock_share: public cuBLAS bf16 measurements on H100 SXM reach about 740 of 989 TFLOP/s
+      on large GEMMs (0.75), the chip's power-capped clock under full tensor load.
+    mma_group: the grouped kernel's per-SM share of the wgmma peak; NVIDIA's cuBLAS
+      grouped-GEMM blog states the grouped kernels "only leverage warp-level MMA
+      instructions" (not Hopper's wgmma), which reach about two thirds of the wgmma rate.
     launch_s: one kernel launch as seen on a busy stream (CUDA launch overhead ~4 us).
     """
 
     tile_m: int = 128
     tile_n: int = 128
-    eff_dense: float = 0.75
-    eff_group: float = 0.5
+    clock_share: float = 0.75
+    mma_group: float = 2.0 / 3.0
     launch_s: float = 4e-6
+
+    @property
+    def eff_dense(self) -> float:
+        """Share of peak of the dense kernel on every SM."""
+        return self.clock_share
+
+    @property
+    def eff_group(self) -> float:
+        """Share of peak of the grouped kernel on every SM."""
+        return self.clock_share * self.mma_group
 
 
 def tiles(rows, n_out: int, profile: GemmProfile):
@@ -61,10 +79,12 @@ def fill_fraction(num_tiles, sms):
     return jnp.where(w > 0, num_tiles / jnp.maximum(w * sms, 1.0), 1.0)
 
 
-def tile_time_s(k_dim: int, peak_flops: float, sm_total: int, efficiency: float,
-                profile: GemmProfile):
-    """Seconds one SM spends on one output tile of reduction depth `k_dim`."""
-    per_sm = peak_flops / sm_total * efficiency
+def tile_time_s(k_dim: int, peak_flops: float, sm_total: int, mma_share: float,
+                profile: GemmProfile, sms=None):
+    """Seconds one of `sms` busy SMs (default all) spends on one output tile of depth k."""
+    sms = sm_total if sms is None else sms
+    per_sm = peak_flops / sm_total * mma_share * jnp.minimum(
+        1.0, profile.clock_share * sm_total / sms)
     return 2.0 * profile.tile_m * profile.tile_n * k_dim / per_sm
 
 
@@ -80,7 +100,7 @@ def dense_time_s(rows, k_dim: int, n_out: int, *, sms, sm_total: int, peak_flops
                  profile: GemmProfile):
     """One dense launch per expert with rows > 0 (axis -1 = experts): summed over experts."""
     rows = jnp.asarray(rows, jnp.float32)
-    t_tile = tile_time_s(k_dim, peak_flops, sm_total, profile.eff_dense, profile)
+    t_tile = tile_time_s(k_dim, peak_flops, sm_total, 1.0, profile, sms)
     comp = waves(tiles(rows, n_out, profile), sms) * t_tile
     mem = gemm_bytes(rows, k_dim, n_out, weight_bytes, act_bytes) / memory_Bps
     used = (rows > 0).astype(jnp.float32)
@@ -92,7 +112,7 @@ def group_time_s(rows, k_dim: int, n_out: int, *, sms, sm_total: int, peak_flops
                  profile: GemmProfile):
     """One grouped launch over the experts on axis -1 (none if every expert has 0 rows)."""
     rows = jnp.asarray(rows, jnp.float32)
-    t_tile = tile_time_s(k_dim, peak_flops, sm_total, profile.eff_group, profile)
+    t_tile = tile_time_s(k_dim, peak_flops, sm_total, profile.mma_group, profile, sms)
     comp = waves(tiles(rows, n_out, profile).sum(-1), sms) * t_tile
     mem = gemm_bytes(rows, k_dim, n_out, weight_bytes, act_bytes).sum(-1) / memory_Bps
     any_rows = (rows.sum(-1) > 0).astype(jnp.float32)

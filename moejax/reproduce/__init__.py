@@ -19,6 +19,7 @@ STUDIES: dict[str, str] = {
     "moentwine": "moejax.reproduce.moentwine",
     "amoe": "moejax.reproduce.amoe",
     "balancing": "moejax.reproduce.balancing",
+    "epsmoe": "moejax.reproduce.epsmoe",
 }
 
 

@@ -48,8 +48,8 @@ def ffn_chunk_s(cfg: EPSConfig, p: EPSParams, rows, onehot, ffn: int, sms):
     for k_dim, n_out, times in ((h, ffn, 2.0), (ffn, h, 1.0)):  # gate + up, down
         tiles_e = gemm.tiles(rows, n_out, prof)
         bytes_e = gemm.gemm_bytes(rows, k_dim, n_out, m.weight_bytes, m.act_bytes)
-        tt_g = gemm.tile_time_s(k_dim, peak, cfg.sm_total, prof.eff_group, prof)
-        tt_d = gemm.tile_time_s(k_dim, peak, cfg.sm_total, prof.eff_dense, prof)
+        tt_g = gemm.tile_time_s(k_dim, peak, cfg.sm_total, prof.mma_group, prof, sms)
+        tt_d = gemm.tile_time_s(k_dim, peak, cfg.sm_total, 1.0, prof, sms)
         any_c = ((rows @ onehot) > 0).astype(jnp.float32)
         t_g = t_g + times * gemm.kernel_time_s(tiles_e @ onehot, bytes_e @ onehot, any_c, tt_g,
                                                sms, dev.memory_Bps, prof.launch_s)
@@ -68,7 +68,7 @@ def dense_ffn_s(cfg: EPSConfig, rows, ffn: int):
     dev, m, prof = cfg.platform.device, cfg.model, cfg.profile
     t = 0.0
     for k_dim, n_out, times in ((m.hidden_size, ffn, 2.0), (ffn, m.hidden_size, 1.0)):
-        tt = gemm.tile_time_s(k_dim, dev.flops("bf16"), cfg.sm_total, prof.eff_dense, prof)
+        tt = gemm.tile_time_s(k_dim, dev.flops("bf16"), cfg.sm_total, 1.0, prof)
         t = t + times * gemm.kernel_time_s(
             gemm.tiles(rows, n_out, prof),
             gemm.gemm_bytes(rows, k_dim, n_out, m.weight_bytes, m.act_bytes),

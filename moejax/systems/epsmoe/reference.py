@@ -15,8 +15,10 @@ from moejax.systems.epsmoe.config import EPSConfig
 
 def _gemm_one(cfg: EPSConfig, rows_list, k_dim, n_out, kernel, sms):
     dev, m, p = cfg.platform.device, cfg.model, cfg.profile
-    eff = p.eff_dense if kernel == "dense" else p.eff_group
-    t_tile = 2.0 * p.tile_m * p.tile_n * k_dim / (dev.flops("bf16") / cfg.sm_total * eff)
+    mma = 1.0 if kernel == "dense" else p.mma_group
+    clock = min(1.0, p.clock_share * cfg.sm_total / sms)  # power-capped clock (gemm.py)
+    t_tile = 2.0 * p.tile_m * p.tile_n * k_dim / (dev.flops("bf16") / cfg.sm_total * mma
+                                                   * clock)
     n_tiles_col = math.ceil(n_out / p.tile_n)
 
     def nbytes(r):
