@@ -43,6 +43,10 @@ class GemmProfile:
       grouped-GEMM blog states the grouped kernels "only leverage warp-level MMA
       instructions" (not Hopper's wgmma), which reach about two thirds of the wgmma rate.
     launch_s: one kernel launch as seen on a busy stream (CUDA launch overhead ~4 us).
+    dense_tile_m: tile heights the dense library picks from per shape (cuBLAS's heuristic
+      selects a kernel per problem; Hopper wgmma works on 64-row warpgroup tiles, and cuBLAS
+      ships 64 x N and 128 x N tile kernels); same per-SM rate assumed. The grouped kernel
+      has one compiled tile (tile_m).
     """
 
     tile_m: int = 128
@@ -50,6 +54,7 @@ class GemmProfile:
     clock_share: float = 0.75
     mma_group: float = 2.0 / 3.0
     launch_s: float = 4e-6
+    dense_tile_m: tuple[int, ...] = (64, 128)
 
     @property
     def eff_dense(self) -> float:
@@ -95,16 +100,25 @@ def gemm_bytes(rows, k_dim: int, n_out: int, weight_bytes: float, act_bytes: flo
     return used * k_dim * n_out * weight_bytes + rows * (k_dim + n_out) * act_bytes
 
 
-def dense_time_s(rows, k_dim: int, n_out: int, *, sms, sm_total: int, peak_flops: float,
-                 memory_Bps: float, weight_bytes: float, act_bytes: float,
-                 profile: GemmProfile):
-    """One dense launch per expert with rows > 0 (axis -1 = experts): summed over experts."""
+def dense_expert_time_s(rows, k_dim: int, n_out: int, *, sms, sm_total: int,
+                        peak_flops: float, memory_Bps: float, weight_bytes: float,
+                        act_bytes: float, profile: GemmProfile):
+    """One dense launch per expert with rows > 0, elementwise over `rows`; the faster of the
+    library's tile heights (`profile.dense_tile_m`)."""
     rows = jnp.asarray(rows, jnp.float32)
-    t_tile = tile_time_s(k_dim, peak_flops, sm_total, 1.0, profile, sms)
-    comp = waves(tiles(rows, n_out, profile), sms) * t_tile
     mem = gemm_bytes(rows, k_dim, n_out, weight_bytes, act_bytes) / memory_Bps
-    used = (rows > 0).astype(jnp.float32)
-    return (used * (profile.launch_s + jnp.maximum(comp, mem))).sum(-1)
+    t_full = tile_time_s(k_dim, peak_flops, sm_total, 1.0, profile, sms)
+    best = None
+    for tm in profile.dense_tile_m:
+        n_tiles = jnp.ceil(rows / tm) * math.ceil(n_out / profile.tile_n)
+        t = jnp.maximum(waves(n_tiles, sms) * t_full * (tm / profile.tile_m), mem)
+        best = t if best is None else jnp.minimum(best, t)
+    return (rows > 0).astype(jnp.float32) * (profile.launch_s + best)
+
+
+def dense_time_s(rows, k_dim: int, n_out: int, **kw):
+    """One dense launch per expert (axis -1 = experts), summed over experts."""
+    return dense_expert_time_s(rows, k_dim, n_out, **kw).sum(-1)
 
 
 def group_time_s(rows, k_dim: int, n_out: int, *, sms, sm_total: int, peak_flops: float,

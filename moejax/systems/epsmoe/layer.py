@@ -49,12 +49,11 @@ def ffn_chunk_s(cfg: EPSConfig, p: EPSParams, rows, onehot, ffn: int, sms):
         tiles_e = gemm.tiles(rows, n_out, prof)
         bytes_e = gemm.gemm_bytes(rows, k_dim, n_out, m.weight_bytes, m.act_bytes)
         tt_g = gemm.tile_time_s(k_dim, peak, cfg.sm_total, prof.mma_group, prof, sms)
-        tt_d = gemm.tile_time_s(k_dim, peak, cfg.sm_total, 1.0, prof, sms)
         any_c = ((rows @ onehot) > 0).astype(jnp.float32)
         t_g = t_g + times * gemm.kernel_time_s(tiles_e @ onehot, bytes_e @ onehot, any_c, tt_g,
                                                sms, dev.memory_Bps, prof.launch_s)
-        t_d = t_d + times * (gemm.kernel_time_s(tiles_e, bytes_e, used, tt_d, sms,
-                                                dev.memory_Bps, prof.launch_s) @ onehot)
+        t_d = t_d + times * (gemm.dense_expert_time_s(rows, k_dim, n_out,
+                                                      **gemm_kw(cfg, sms)) @ onehot)
     mean_rows = (rows @ onehot) / jnp.maximum(used @ onehot, 1.0)
     k = p.kernel
     use_dense = jnp.where(k == 1, 1.0, jnp.where(
@@ -63,17 +62,19 @@ def ffn_chunk_s(cfg: EPSConfig, p: EPSParams, rows, onehot, ffn: int, sms):
     return use_dense * t_d + (1.0 - use_dense) * t_g, use_dense
 
 
+def gemm_kw(cfg: EPSConfig, sms) -> dict:
+    dev, m = cfg.platform.device, cfg.model
+    return dict(sms=sms, sm_total=cfg.sm_total, peak_flops=dev.flops("bf16"),
+                memory_Bps=dev.memory_Bps, weight_bytes=m.weight_bytes, act_bytes=m.act_bytes,
+                profile=cfg.profile)
+
+
 def dense_ffn_s(cfg: EPSConfig, rows, ffn: int):
     """Dense kernel on one row block (shared experts), every SM."""
-    dev, m, prof = cfg.platform.device, cfg.model, cfg.profile
-    t = 0.0
-    for k_dim, n_out, times in ((m.hidden_size, ffn, 2.0), (ffn, m.hidden_size, 1.0)):
-        tt = gemm.tile_time_s(k_dim, dev.flops("bf16"), cfg.sm_total, 1.0, prof)
-        t = t + times * gemm.kernel_time_s(
-            gemm.tiles(rows, n_out, prof),
-            gemm.gemm_bytes(rows, k_dim, n_out, m.weight_bytes, m.act_bytes),
-            (rows > 0).astype(jnp.float32), tt, cfg.sm_total, dev.memory_Bps, prof.launch_s)
-    return t
+    h = cfg.model.hidden_size
+    kw = gemm_kw(cfg, cfg.sm_total)
+    return (2.0 * gemm.dense_expert_time_s(rows, h, ffn, **kw)
+            + gemm.dense_expert_time_s(rows, ffn, h, **kw))
 
 
 def chunk_demand(cfg: EPSConfig, expert_ids, token_mask, scale, pn):

@@ -25,11 +25,12 @@ def _gemm_one(cfg: EPSConfig, rows_list, k_dim, n_out, kernel, sms):
         w = k_dim * n_out * m.weight_bytes if r > 0 else 0.0
         return w + r * (k_dim + n_out) * m.act_bytes
 
-    if kernel == "dense":
+    if kernel == "dense":  # per expert, the faster of the library's tile heights
         total = 0.0
         for r in rows_list:
             if r > 0:
-                comp = math.ceil(math.ceil(r / p.tile_m) * n_tiles_col / sms) * t_tile
+                comp = min(math.ceil(math.ceil(r / tm) * n_tiles_col / sms) * t_tile
+                           * tm / p.tile_m for tm in p.dense_tile_m)
                 total += p.launch_s + max(comp, nbytes(r) / dev.memory_Bps)
         return total
     if sum(rows_list) <= 0:
