@@ -175,3 +175,17 @@ def test_bad_config_names_field():
         make_config(H8, DSV2, mode="dp-ep", pn=3)
     with pytest.raises(ConfigError, match="mode"):
         make_config(H8, DSV2, mode="ep")
+
+
+def test_policy_through_api():
+    """`moejax simulate --policy epsmoe` path: catalog policy -> from_policy (auto_pn) -> metrics;
+    a chiplet platform is refused with the family named."""
+    from moejax import api
+
+    tr = gen.generate("uniform", jax.random.key(2), num_traces=2, iterations=1, layers=1,
+                      tokens=64, num_experts=8, top_k=2)
+    out = api.simulate("h800x4", "mixtral-8x7b", "epsmoe", tr)
+    assert np.all(out["pn"] == 2) and np.all(out["ttft_s"] > out["latency_s"])
+    assert np.all(out["exposed_comm_s"] >= 0)
+    with pytest.raises(ConfigError, match="gpu"):
+        api.simulate("chiplet-2x2", "mixtral-8x7b", "tp-tp", tr)
