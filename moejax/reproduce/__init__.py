@@ -20,6 +20,7 @@ STUDIES: dict[str, str] = {
     "amoe": "moejax.reproduce.amoe",
     "balancing": "moejax.reproduce.balancing",
     "dysharp": "moejax.reproduce.dysharp",
+    "epsmoe": "moejax.reproduce.epsmoe",
 }
 
 
