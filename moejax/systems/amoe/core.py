@@ -143,7 +143,7 @@ def _hpop(hk, hv, hs, g):
     return key, val
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)  # nogil: streams run in parallel threads
 def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
              sched, nb_, k_, a_, d_, gpu_of_unit, att_gpu, exp_gpu, kvcap,
              cost, lat, ptok, cdf, seed, decay, lookahead, max_events, init_block, init_done,
