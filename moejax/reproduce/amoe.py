@@ -1,4 +1,4 @@
-"""`moejax reproduce amoe`: paper 002 (AMoE) Fig. 4, 7, 9-12 and its headline claims.
+"""Paper 002 (AMoE) on finite streams (the earlier study; `steady_amoe.py` is the faithful one).
 
 Every number comes from the AEP event simulation (`moejax.systems.amoe.aep`) and the
 synchronous-EP serving baseline (`moejax.systems.amoe.sync`) with the options of the
@@ -173,7 +173,8 @@ def _plot_curves(path: Path, rows, panels, title: str) -> None:
     plt.close(fig)
 
 
-def run(out_dir: Path, quick: bool) -> Report:
+def run_finite(out_dir: Path, quick: bool) -> Report:
+    """The earlier finite-stream study (32 / 512 requests, JAX path); kept for comparison."""
     grid = QUICK if quick else FULL
     files: list[str] = []
     claims: list[Claim] = []
@@ -344,3 +345,10 @@ def _plot_series(out_dir: Path, cols, qdepth, bin_s: float) -> None:
     fig.tight_layout()
     fig.savefig(out_dir / "fig7_queue_depth.png", dpi=110)
     plt.close(fig)
+
+
+def run(out_dir: Path, quick: bool) -> Report:
+    """`moejax reproduce amoe`: the steady-state study (`steady_amoe.run`)."""
+    from moejax.reproduce import steady_amoe
+
+    return steady_amoe.run(out_dir, quick)
