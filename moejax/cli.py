@@ -42,13 +42,15 @@ def _simulate(args) -> int:
         traces = fit.generate_fitted(
             args.trace_gen, key, num_traces=args.traces, iterations=args.iterations,
             layers=args.layers, tokens=args.tokens, num_experts=m.num_experts, top_k=m.top_k,
+            chunked=True,
         )
         source = f"fitted {args.trace_gen}"
     else:
         spec = gen.parse_spec(args.trace_gen)
-        traces = gen.generate(
-            spec, key, num_traces=args.traces, iterations=args.iterations, layers=args.layers,
-            tokens=args.tokens, num_experts=m.num_experts, top_k=m.top_k,
+        traces = gen.generate_chunked(  # made a chunk at a time inside the engine's loop
+            spec, key, num_traces=args.traces, iterations=args.iterations,
+            layers=args.layers or 1, tokens=args.tokens, num_experts=m.num_experts,
+            top_k=m.top_k,
         )
         source = f"generated {gen.spec_to_str(spec)}"
     t0 = time.perf_counter()

@@ -36,6 +36,7 @@ from moejax.trace.analysis import (
     sorted_load_profile,
     temporal_locality,
 )
+from moejax.trace.chunked import ChunkedTraces
 from moejax.trace.core import Trace
 
 FIT_FAMILIES = ("powerlaw", "exponential", "normal", "lognormal", "drift")
@@ -421,19 +422,32 @@ def load_spec(spec: str | gen.GenSpec) -> gen.GenSpec:
     return gen.parse_spec(spec)
 
 
-def generate_fitted(path, key, *, num_traces: int, iterations: int, layers: int, tokens: int,
-                    num_experts: int, top_k: int) -> Trace:
+def generate_fitted(path, key, *, num_traces: int, iterations: int, layers: int | None,
+                    tokens: int, num_experts: int, top_k: int,
+                    chunked: bool = False) -> Trace | ChunkedTraces:
     """A batch of traces from a fit file: layer l uses the fit of recorded layer
-    l mod (recorded layers), so each simulated layer keeps a recorded layer's skew."""
+    l mod (recorded layers), so each simulated layer keeps a recorded layer's skew.
+
+    layers: None gives the recording's layer count. chunked: return a `ChunkedTraces` that
+    makes the batch a chunk at a time (the same traces, for `engine.simulate`).
+    """
     doc = load_fit(path)
+    layers = len(doc["layers"]) if layers is None else layers
     specs = [doc["layers"][j % len(doc["layers"])] for j in range(layers)]
     keys = jax.random.split(key, layers)
-    parts = [gen.generate(s, k, num_traces=num_traces, iterations=iterations, layers=1,
-                          tokens=tokens, num_experts=num_experts, top_k=top_k)
+    parts = [gen.generate_chunked(s, k, num_traces=num_traces, iterations=iterations, layers=1,
+                                  tokens=tokens, num_experts=num_experts, top_k=top_k)
              for s, k in zip(specs, keys, strict=True)]
-    cat = {f: jnp.concatenate([getattr(p, f) for p in parts], axis=2)
-           for f in ("expert_ids", "gate_weights", "counts")}
-    return dataclasses.replace(parts[0], **cat)
+
+    def make(start: int, stop: int) -> Trace:
+        chunks = [p.chunk(start, stop) for p in parts]
+        cat = {f: jnp.concatenate([getattr(c, f) for c in chunks], axis=2)
+               for f in ("expert_ids", "gate_weights", "counts")}
+        return dataclasses.replace(chunks[0], **cat)
+
+    batch = ChunkedTraces(num_traces, make, num_experts, top_k, iterations, layers, tokens,
+                          scratch_bytes_per_trace=layers * parts[0].scratch_bytes_per_trace)
+    return batch if chunked else batch.materialize()
 
 
 def format_fit(result: dict) -> str:
