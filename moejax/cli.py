@@ -6,6 +6,7 @@ Errors from bad input are one line on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -315,12 +316,20 @@ def _positive_int(s: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from moejax.outpaths import check_outputs
+
+        check_outputs(args)  # before any work: a bad --out is one line, nothing written
         return args.fn(args)
     except MoejaxError as e:
         print(f"moejax: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("moejax: interrupted", file=sys.stderr)
+        if argv is None:  # the console command: leave without interpreter teardown, which
+            # could race XLA's threads ("pure virtual method called", rc 134, issue 13)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         return 130
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from moejax.errors import MoejaxError, UnknownNameError
 from moejax.results import atomic_write_json
+from moejax.staging import staged_dir
 
 STUDIES: dict[str, str] = {
     "fsedp": "moejax.reproduce.fsedp",
@@ -66,12 +67,12 @@ def shipped_results(study: str) -> Path:
 
 
 def run(name: str, out_dir: Path, quick: bool) -> Report:
-    """Run a registered study and write its summary.json."""
+    """Run a registered study and write its summary.json (into a temporary sibling of
+    `out_dir`, moved in when the study is done; see `moejax.staging.staged_dir`)."""
     if name not in STUDIES:
         raise UnknownNameError("study", name, STUDIES)
     module = importlib.import_module(STUDIES[name])
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report = module.run(out_dir, quick)
-    write_summary(out_dir, report, quick)
+    with staged_dir(out_dir) as tmp:  # out_dir gets the whole study or, on Ctrl-C, nothing
+        report = module.run(tmp, quick)
+        write_summary(tmp, report, quick)
     return report

@@ -1,0 +1,114 @@
+"""A new user's path through the CLI (issue 13): output paths checked before any work, a
+reproduce run that Ctrl-C leaves without a partial --out, honest --help."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from moejax import reproduce
+from moejax.cli import build_parser, main
+
+STUDY = textwrap.dedent("""
+    import time
+    from pathlib import Path
+    from moejax.reproduce import Claim, Report
+
+    def run(out_dir, quick):
+        (Path(out_dir) / "figure.csv").write_text("x\\n1\\n")
+        (Path(out_dir) / "sub").mkdir()
+        (Path(out_dir) / "sub" / "table.csv").write_text("y\\n2\\n")
+        print("started", flush=True)
+        time.sleep(float(__import__("os").environ.get("STUDY_SLEEP_S", "0")))
+        return Report("fake", [Claim("c1", "paper", 1.0, True)], ["figure.csv"])
+""")
+
+
+@pytest.fixture
+def fake_study(tmp_path, monkeypatch):
+    """A registered study `fake` that writes two files (then sleeps STUDY_SLEEP_S)."""
+    mod = tmp_path / "mods"
+    mod.mkdir()
+    (mod / "fake_study.py").write_text(STUDY)
+    monkeypatch.syspath_prepend(str(mod))
+    monkeypatch.setitem(reproduce.STUDIES, "fake", "fake_study")
+    return mod
+
+
+def _one_line_exit_2(argv, capsys):
+    rc = main(argv)
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert rc == 2, (rc, err)
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+SIM = ["simulate", "--traces", "2", "--tokens", "8", "--quiet"]
+GEN = ["trace", "gen", "uniform", "--experts", "4", "--top-k", "2", "--traces", "1",
+       "--tokens", "4"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (SIM + ["--out", "{file}"], "is an existing file; a folder is expected"),
+    (SIM + ["--out", "{file}/sub"], "is a file, so the folder cannot be made"),
+    (SIM + ["--out", "/proc/moejax-out"], "cannot write in /proc"),
+    (["reproduce", "fake", "--out", "{file}"], "is an existing file"),
+    (["reproduce", "fake", "--out", "/proc/moejax-out/x"], "cannot write in /proc"),
+    (["tune", "--steps", "1", "--out", "{file}"], "is an existing file"),
+    (["tune", "--steps", "1", "--out", "{dir}/ck", "--export", "{dir}"], "--export"),
+    (GEN + ["--out", "{dir}"], "is a folder; a file name is expected"),
+    (GEN + ["--out", "{dir}/no/such/t.npz"], "does not exist"),
+    (["trace", "fit", "x.npz", "--report", "{dir}/"], "--report"),
+    (["trace", "inspect", "x.npz", "--plot", "{file}/p.png"], "is a file, not a folder"),
+    (["export", "latency-table", "--hardware", "h", "--model", "m", "--out", "/proc/x.csv"],
+     "cannot write in /proc"),
+])
+def test_bad_output_path_is_one_line_exit_2_before_any_work(argv, needle, tmp_path, capsys,
+                                                            fake_study):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "afile").write_text("keep")
+    argv = [a.format(file=work / "afile", dir=work) for a in argv]
+    err = _one_line_exit_2(argv, capsys)
+    assert needle in err, err
+    assert sorted(p.name for p in work.iterdir()) == ["afile"]  # nothing written
+    assert (work / "afile").read_text() == "keep"
+
+
+def test_reproduce_writes_the_whole_folder_at_the_end(tmp_path, fake_study, capsys):
+    out = tmp_path / "res"
+    assert main(["reproduce", "fake", "--out", str(out)]) == 0
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [
+        "figure.csv", "sub", "sub/table.csv", "summary.json"]
+    assert json.loads((out / "summary.json").read_text())["claims"][0]["id"] == "c1"
+    (out / "figure.csv").write_text("old")
+    (out / "mine.txt").write_text("user file")  # a non-empty --out: files replaced one by one
+    assert main(["reproduce", "fake", "--out", str(out)]) == 0
+    assert (out / "figure.csv").read_text() == "x\n1\n" and (out / "mine.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mods", "res"]  # no temporary sibling
+
+
+def test_ctrl_c_in_reproduce_exits_130_and_leaves_no_partial_out(tmp_path, fake_study):
+    out = tmp_path / "res"
+    script = ("import sys, moejax.reproduce as r\n"
+              f"sys.path.insert(0, {str(fake_study)!r})\n"
+              "r.STUDIES['fake'] = 'fake_study'\n"
+              "from moejax import cli\n"
+              f"sys.argv = ['moejax', 'reproduce', 'fake', '--out', {str(out)!r}]\n"
+              "sys.exit(cli.main())\n")
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, STUDY_SLEEP_S="120"))
+    assert p.stdout.readline().strip() == "started"
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert err.strip() == "moejax: interrupted", err
+    assert [x.name for x in tmp_path.iterdir()] == ["mods"]  # no --out, no sibling
