@@ -45,7 +45,12 @@ def _simulate(args) -> int:
             layers=args.layers, tokens=args.tokens, num_experts=m.num_experts, top_k=m.top_k,
             chunked=True,
         )
-        source = f"fitted {args.trace_gen}"
+        recorded = len(fit.load_fit(args.trace_gen)["layers"])
+        if traces.num_layers < recorded:
+            print(f"moejax: note: --layers {traces.num_layers} simulates recorded layers "
+                  f"0-{traces.num_layers - 1} of the fit's {recorded}; leave --layers out "
+                  f"for all of them", file=sys.stderr)
+        source = f"fitted {args.trace_gen} ({traces.num_layers} of {recorded} recorded layers)"
     else:
         spec = gen.parse_spec(args.trace_gen)
         traces = gen.generate_chunked(  # made a chunk at a time inside the engine's loop
@@ -242,8 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tokens", type=_positive_int, default=256, help="tokens per iteration")
     s.add_argument("--traces", type=_positive_int, default=1024)
     s.add_argument("--iterations", type=_positive_int, default=1)
-    s.add_argument("--layers", type=_positive_int, default=1,
-                   help="MoE layers per trace (a sample of the model's layers)")
+    s.add_argument("--layers", type=_positive_int, default=None,
+                   help="MoE layers per trace (a sample of the model's layers); default 1, "
+                   "or with --trace-gen FIT.json the fit's recorded layer count")
     src = s.add_mutually_exclusive_group()
     src.add_argument("--trace-gen", default=DEFAULT_GEN, help="generator spec, e.g. "
                      "uniform, powerlaw:alpha=1.5, normal:std=0.032")

@@ -23,11 +23,18 @@ def staged_dir(out_dir: Path | str) -> Iterator[Path]:
     `out_dir` is left as it was.
     """
     out_dir = Path(out_dir)
+    made = [p for p in reversed(out_dir.absolute().parents) if not p.exists()]
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
     try:
         yield tmp
         _move_in(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for p in reversed(made):  # folders made for out_dir, innermost first, if empty
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

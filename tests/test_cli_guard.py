@@ -96,7 +96,7 @@ def test_reproduce_writes_the_whole_folder_at_the_end(tmp_path, fake_study, caps
 
 
 def test_ctrl_c_in_reproduce_exits_130_and_leaves_no_partial_out(tmp_path, fake_study):
-    out = tmp_path / "res"
+    out = tmp_path / "new" / "res"  # its parent is made too, and removed again
     script = ("import sys, moejax.reproduce as r\n"
               f"sys.path.insert(0, {str(fake_study)!r})\n"
               "r.STUDIES['fake'] = 'fake_study'\n"
@@ -112,3 +112,24 @@ def test_ctrl_c_in_reproduce_exits_130_and_leaves_no_partial_out(tmp_path, fake_
     assert p.returncode == 130, err
     assert err.strip() == "moejax: interrupted", err
     assert [x.name for x in tmp_path.iterdir()] == ["mods"]  # no --out, no sibling
+
+
+def test_simulate_from_a_fit_uses_every_recorded_layer_by_default(tmp_path, capsys):
+    import jax
+
+    from moejax.trace import fit
+
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps({"moejax_fit": 1, "family": "powerlaw", "pooled": "powerlaw",
+                                "layers": ["powerlaw:alpha=0.5", "uniform", "powerlaw"]}))
+    lazy = fit.generate_fitted(path, jax.random.key(0), num_traces=2, iterations=1,
+                               layers=None, tokens=8, num_experts=8, top_k=2, chunked=True)
+    assert lazy.num_layers == 3  # the CLI's default (--layers left out)
+    assert build_parser().parse_args(["simulate"]).layers is None
+    out = tmp_path / "one"
+    assert main(["simulate", "--trace-gen", str(path), "--model", "mixtral-8x7b", "--traces",
+                 "2", "--tokens", "8", "--quiet", "--layers", "1", "--out", str(out)]) == 0
+    err = capsys.readouterr().err.strip()
+    assert "--layers 1 simulates recorded layers 0-0 of the fit's 3" in err, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trace_source"].endswith("(1 of 3 recorded layers)")
