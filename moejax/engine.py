@@ -179,7 +179,8 @@ def _shard(traces, keys, devices):
 
 
 class _progress:
-    """A rich progress bar over chunks, or nothing."""
+    """A rich progress bar over chunks, or nothing. Until the first chunk's call returns it
+    reads "compiling" (XLA compiles on that call; the bar would otherwise sit at 0%)."""
 
     def __init__(self, show: bool, total: int, name: str):
         self.show, self.total, self.name = show, total, name
@@ -187,12 +188,22 @@ class _progress:
     def __enter__(self):
         if not self.show:
             return lambda: None
-        from rich.progress import Progress
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-        self.bar = Progress(transient=True)
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                            MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
+                            TimeRemainingColumn(), transient=True)
         self.bar.__enter__()
-        task = self.bar.add_task(f"simulating {self.name}", total=self.total)
-        return lambda: self.bar.advance(task)
+        task = self.bar.add_task(f"compiling {self.name} (first chunk)", total=self.total)
+        return lambda: self.bar.update(task, advance=1, description=f"simulating {self.name}")
 
     def __exit__(self, *exc):
         if self.show:

@@ -19,11 +19,17 @@ STUDY = textwrap.dedent("""
     import time
     from pathlib import Path
     from moejax.reproduce import Claim, Report
+    from moejax.reproduce.progress import step
+
+    def steps(quick):
+        return 2
 
     def run(out_dir, quick):
         (Path(out_dir) / "figure.csv").write_text("x\\n1\\n")
+        step("Fig. 1")
         (Path(out_dir) / "sub").mkdir()
         (Path(out_dir) / "sub" / "table.csv").write_text("y\\n2\\n")
+        step("Table 2")
         print("started", flush=True)
         time.sleep(float(__import__("os").environ.get("STUDY_SLEEP_S", "0")))
         return Report("fake", [Claim("c1", "paper", 1.0, True)], ["figure.csv"])
@@ -84,7 +90,10 @@ def test_bad_output_path_is_one_line_exit_2_before_any_work(argv, needle, tmp_pa
 
 def test_reproduce_writes_the_whole_folder_at_the_end(tmp_path, fake_study, capsys):
     out = tmp_path / "res"
-    assert main(["reproduce", "fake", "--out", str(out)]) == 0
+    assert main(["reproduce", "fake", "--quick", "--out", str(out)]) == 0
+    err = capsys.readouterr().err.splitlines()  # progress per step, quick mode included
+    assert err[0] == "[fake] 2 steps; the first includes compiling", err
+    assert err[1].startswith("[fake] 1/2 Fig. 1 (") and err[2].startswith("[fake] 2/2 Table 2")
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [
         "figure.csv", "sub", "sub/table.csv", "summary.json"]
     assert json.loads((out / "summary.json").read_text())["claims"][0]["id"] == "c1"
@@ -110,7 +119,8 @@ def test_ctrl_c_in_reproduce_exits_130_and_leaves_no_partial_out(tmp_path, fake_
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
-    assert err.strip() == "moejax: interrupted", err
+    assert err.strip().splitlines()[-1] == "moejax: interrupted", err
+    assert "Traceback" not in err
     assert [x.name for x in tmp_path.iterdir()] == ["mods"]  # no --out, no sibling
 
 
@@ -133,3 +143,33 @@ def test_simulate_from_a_fit_uses_every_recorded_layer_by_default(tmp_path, caps
     assert "--layers 1 simulates recorded layers 0-0 of the fit's 3" in err, err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trace_source"].endswith("(1 of 3 recorded layers)")
+
+
+def test_progress_says_compiling_until_the_first_chunk(capsys):
+    from moejax import engine
+    from moejax.status import live_status
+
+    shown = engine._progress(True, 3, "ep")
+    advance = shown.__enter__()
+    task = shown.bar.tasks[0]
+    assert task.description.startswith("compiling ep")
+    advance()
+    assert task.description == "simulating ep" and task.completed == 1
+    shown.__exit__(None, None, None)
+    with live_status("simulating aep") as say:  # off a terminal: plain lines on stderr
+        say("compiling")
+        say("2048 events simulated")  # within PLAIN_EVERY_S of the first: not printed
+    assert capsys.readouterr().err.strip() == "[simulating aep] compiling (0 s)"
+
+
+def test_trace_fit_reports_each_family():
+    import jax
+    import numpy as np
+
+    from moejax.trace import fit, from_counts
+
+    counts = np.random.default_rng(0).integers(0, 20, (2, 2, 8)).astype(float)
+    seen = []
+    res = fit.fit(from_counts(counts, 2), ("drift",), holdout=False, compare_papers=False,
+                  key=jax.random.key(0), progress=seen.append)
+    assert "error" in res["families"]["drift"] and seen == ["drift (not fitted)"]

@@ -1,17 +1,21 @@
 """`moejax reproduce NAME`: each paper's headline studies as CSV + PNG + summary.json.
 
 A study module `moejax.reproduce.<name>` defines `run(out_dir: Path, quick: bool) -> Report`.
+It may define `steps(quick) -> int` and call `progress.step(label)` after each figure: `run`
+then shows a progress bar over them (studies that show their own, fsedp and balancing, do not).
 Register it in `STUDIES` (name -> module path); it is imported only when asked for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 from pathlib import Path
 from typing import Any
 
 from moejax.errors import MoejaxError, UnknownNameError
+from moejax.reproduce.progress import study_progress
 from moejax.results import atomic_write_json
 from moejax.staging import staged_dir
 
@@ -72,7 +76,9 @@ def run(name: str, out_dir: Path, quick: bool) -> Report:
     if name not in STUDIES:
         raise UnknownNameError("study", name, STUDIES)
     module = importlib.import_module(STUDIES[name])
-    with staged_dir(out_dir) as tmp:  # out_dir gets the whole study or, on Ctrl-C, nothing
+    steps = getattr(module, "steps", None)  # a study that counts its steps gets a progress
+    shown = study_progress(name, steps(quick)) if steps else contextlib.nullcontext()
+    with staged_dir(out_dir) as tmp, shown:  # out_dir gets the whole study or nothing
         report = module.run(tmp, quick)
         write_summary(tmp, report, quick)
     return report

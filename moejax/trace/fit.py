@@ -328,8 +328,10 @@ def verdict(ev: dict, skew_tol: float = 0.10, curve_tol: float = 0.05) -> dict:
 
 
 def fit(trace: Trace, families=FIT_FAMILIES, *, holdout: bool = True, key=None,
-        compare_papers: bool = True) -> dict:
+        compare_papers: bool = True, progress=None) -> dict:
     """Fit each family (on even iterations when `holdout`) and evaluate (on odd ones).
+
+    progress(label): called after each family and after the papers' specs (if compared).
 
     Families that cannot be fitted (drift on < 4 iterations) are reported with an `error`.
     `best` is the family with the smallest mean held-out (else in-sample) profile TV.
@@ -345,11 +347,15 @@ def fit(trace: Trace, families=FIT_FAMILIES, *, holdout: bool = True, key=None,
             res = fit_family(train, fam, key=key)
         except TraceError as err:
             out["families"][fam] = {"error": str(err)}
+            if progress is not None:
+                progress(f"{fam} (not fitted)")
             continue
         ev = evaluate(res["layers"], test, key=jax.random.fold_in(key, 1))
         res["heldout"] = ev
         res["verdict"] = verdict(ev)
         out["families"][fam] = res
+        if progress is not None:
+            progress(fam)
     ok = {f: r for f, r in out["families"].items() if "error" not in r}
     if ok:
         out["best"] = min(ok, key=lambda f: float(np.mean(ok[f]["heldout"]["profile_tv"])))
@@ -359,6 +365,8 @@ def fit(trace: Trace, families=FIT_FAMILIES, *, holdout: bool = True, key=None,
         papers[fam] = {"spec": spec, "verdict": verdict(ev),
                        "skew_generated": float(np.mean(ev["skew_generated"])),
                        "profile_tv": float(np.mean(ev["profile_tv"]))}
+    if progress is not None and compare_papers:
+        progress("papers' specs")
     out["paper_specs"] = papers
     out["recorded_skew_mean"] = float(np.mean(stats(test)["skew"]))
     if holdout:  # how much the recording's own halves differ: the floor of any fit's error
