@@ -1,4 +1,4 @@
-"""The `moejax` command line: simulate, catalog, trace (more subcommands as systems land).
+"""The `moejax` command line: simulate, catalog, reproduce, trace, tune, export.
 
 Errors from bad input are one line on stderr and exit code 2, never a traceback.
 """
@@ -306,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     from moejax.latency_table import add_export_parser
 
     add_export_parser(sub, _positive_int)
-    return p
+    from moejax.cli_help import polish
+
+    return polish(p)  # command and study lists, every option's default
 
 
 def _positive_int(s: str) -> int:

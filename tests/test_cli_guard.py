@@ -114,7 +114,9 @@ def test_ctrl_c_in_reproduce_exits_130_and_leaves_no_partial_out(tmp_path, fake_
               "sys.exit(cli.main())\n")
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, STUDY_SLEEP_S="120"))
+                         env=dict(os.environ, STUDY_SLEEP_S="120"),
+                         # a background shell's children inherit SIGINT ignored
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stdout.readline().strip() == "started"
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
@@ -173,3 +175,19 @@ def test_trace_fit_reports_each_family():
     res = fit.fit(from_counts(counts, 2), ("drift",), holdout=False, compare_papers=False,
                   key=jax.random.key(0), progress=seen.append)
     assert "error" in res["families"]["drift"] and seen == ["drift (not fitted)"]
+
+
+def test_help_lists_every_command_the_studies_and_defaults(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    top = capsys.readouterr().out
+    assert e.value.code == 0
+    parser = build_parser()
+    commands = next(a for a in parser._actions if hasattr(a, "choices") and a.choices).choices
+    for name in [*commands, *reproduce.STUDIES]:
+        assert name in top, name
+    assert {"reproduce", "tune"} <= set(commands)
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    sim = " ".join(capsys.readouterr().out.split())
+    assert "(default: chiplet-2x2)" in sim and "default: 1024" in sim and "default: 0" in sim
