@@ -322,8 +322,8 @@ def _positive_int(s: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
+    try:  # the parser imports the subcommands' modules (jax): seconds that Ctrl-C may hit
+        args = build_parser().parse_args(argv)
         from moejax.outpaths import check_outputs
 
         check_outputs(args)  # before any work: a bad --out is one line, nothing written
