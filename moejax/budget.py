@@ -145,3 +145,20 @@ def check(system, params, traces, chunk_size: int | None) -> int:
     return plan_chunk(n, chunk, trace_bytes=trace_bytes, scratch_bytes=scratch_bytes,
                       metric_bytes=metric_bytes, metric_scalars=metric_scalars,
                       chunk_given=chunk_size is not None)
+
+
+def check_whole_batch(traces, copies: int = 3, available: int | None = None) -> None:
+    """ConfigError (one line) when a batch that must exist whole (`moejax trace gen` writes
+    one .npz) needs more than `RUN_SHARE` of the available memory: its leaves `copies` times
+    (the arrays, their NumPy copies, the compressed file) plus one chunk's scratch."""
+    available = available_bytes() if available is None else available
+    trace_bytes, scratch = trace_bytes_per_trace(traces)
+    from moejax.engine import batch_size
+
+    n = batch_size(traces)
+    need = n * trace_bytes * copies + min(n, 512) * scratch
+    if need > RUN_SHARE * available:
+        most = int(RUN_SHARE * available) // max(trace_bytes * copies, 1)
+        raise ConfigError(f"traces: {n} traces of {trace_bytes} bytes need about {_gb(need)} "
+                          f"to write at once; {_gb(available)} is available and a run may "
+                          f"use half; use at most {most} --traces")

@@ -171,10 +171,15 @@ def _trace(args) -> int:
     from moejax.trace import io as trace_io
 
     if args.trace_cmd == "gen":
+        from moejax import budget
+
         spec = gen.parse_spec(args.spec)
-        tr = gen.generate(spec, jax.random.key(args.seed), num_traces=args.traces,
-                          iterations=args.iterations, layers=args.layers, tokens=args.tokens,
-                          num_experts=args.experts, top_k=args.top_k)
+        lazy = gen.generate_chunked(spec, jax.random.key(args.seed), num_traces=args.traces,
+                                    iterations=args.iterations, layers=args.layers,
+                                    tokens=args.tokens, num_experts=args.experts,
+                                    top_k=args.top_k)
+        budget.check_whole_batch(lazy)  # the file is written whole: fits, or one line
+        tr = lazy.materialize()
         trace_io.save(args.out, tr, {"generator": gen.spec_to_str(spec), "seed": args.seed})
         print(f"wrote {args.out}: {args.traces} traces x {args.iterations} iterations x "
               f"{args.layers} layers x {args.tokens} tokens, E={args.experts}, k={args.top_k}")

@@ -79,3 +79,13 @@ def test_cli_refuses_a_run_too_large_for_memory_in_one_line(tmp_path, capsys):
     assert rc == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert err.startswith("moejax: error: traces: 1000000000000 traces need about"), err
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_trace_gen_refuses_a_batch_too_large_to_write_in_one_line(tmp_path, capsys):
+    out = tmp_path / "t.npz"
+    rc = main(["trace", "gen", "uniform", "--experts", "128", "--top-k", "8", "--traces",
+               str(10**10), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "10000000000 traces of" in err and "--traces" in err
+    assert list(tmp_path.iterdir()) == []
