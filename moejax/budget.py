@@ -22,9 +22,10 @@ from moejax.errors import ConfigError
 # generator and the engine (jax.random.split of the default threefry impl: 2 x uint32).
 KEY_BYTES_PER_TRACE = 48
 # Copies of the metrics a run holds at its end (see the module docstring), plus the CSV text
-# of one float metric ("%.9g" and a comma: at most 16 characters).
+# of one float metric ("%.9g" and a comma: at most 16 characters), held three times by
+# `results.atomic_write_csv` (the StringIO buffer, its str, the encoded bytes).
 METRIC_COPIES = 4
-CSV_BYTES_PER_VALUE = 16
+CSV_BYTES_PER_VALUE = 16 * 3
 # Keep the whole run under this share of the memory available when it starts (the rest is
 # for the Python process, XLA's compiled code, and whatever else runs on the machine).
 RUN_SHARE = 0.5
