@@ -94,12 +94,14 @@ def build(hardware, model, policy, num_requests: int, *, top_k: int | None = Non
 def simulate(hardware, model: str | ModelSpec, policy: str | Policy, *, rate_per_s: float,
              workload: str = "medium", num_streams: int = 1, num_requests: int = 256,
              top_k: int | None = None, seed: int = 0, overrides: dict | None = None,
-             chunk_steps: int = 2048) -> dict[str, np.ndarray]:
-    """Per-stream metrics (leading [T] axis) as NumPy arrays."""
+             chunk_steps: int = 2048, progress=None) -> dict[str, np.ndarray]:
+    """Per-stream metrics (leading [T] axis) as NumPy arrays; `progress(text)` hears how far
+    the run is (see `runner.run_streams`)."""
     system, params, _ = build(hardware, model, policy, num_requests, top_k=top_k,
                               overrides=overrides)
     k_stream, k_sim = jax.random.split(jax.random.key(seed))
     st = streams(k_stream, num_streams=num_streams, num_requests=num_requests,
                  rate_per_s=rate_per_s, workload=workload)
-    out = runner.run_streams(system, params, st, k_sim, chunk_steps=chunk_steps)
+    out = runner.run_streams(system, params, st, k_sim, chunk_steps=chunk_steps,
+                             progress=progress)
     return jax.tree_util.tree_map(np.asarray, out)
