@@ -891,7 +891,7 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         )
         per_iter = {"max_over_mean": ratio.mean(), "migrations": copies.sum() * layer_scale,
                     "migration_s": mig_s, "forward_s": forward,
-                    "device_load": dev_load.mean(0)}
+                    "device_load": dev_load.mean(0), "moe_throughput": moe_tp}
         return new, per_iter
 
     def finish(params: WaferParams, state: WaferState, outs):
