@@ -123,6 +123,20 @@ def port_parts(traffic, tab: Eq1Tables):
     return ports(bw_c), ports(lat_c)
 
 
+def port_parts_np(traffic: np.ndarray, tab: Eq1Tables):
+    """`port_parts` in host NumPy (static tables: no per-shape XLA compile)."""
+    traffic = np.asarray(traffic, np.float64)
+    d = traffic.shape[-1]
+    off = traffic * (1.0 - np.eye(d))
+    out = []
+    for c in (off * tab.inv_bw, (off > 0) * tab.latency):
+        o = np.einsum("...sd,sdp->...sp", c, tab.out_port)
+        i = np.einsum("...sd,sdp->...dp", c, tab.in_port)
+        lead = c.shape[:-2]
+        out.append(np.concatenate([o.reshape(*lead, -1), i.reshape(*lead, -1)], axis=-1))
+    return tuple(out)
+
+
 def time_s(bw_part, lat_part, m=1.0, tau=0.0):
     """Seconds of one phase (per micro-batch when m > 1): the busiest port."""
     return relax.max(bw_part / m + lat_part, tau, axis=-1)

@@ -276,9 +276,8 @@ def allreduce_unit_phases(cfg: WaferConfig):
                   for steps, step in allreduce_phases(cfg, 1.0)]
         loads_of = [np.asarray(cfg.topo.link_loads(jnp.asarray(st)), np.float64)
                     for _, st in phases]
-        ports_of = [tuple(np.asarray(x, np.float64) for x in eq1.port_parts(
-            jnp.asarray(st), eq1.tables(cfg.topo, cfg.eq1_ports))) if cfg.eq1 else None
-            for _, st in phases]
+        ports_of = [eq1.port_parts_np(st, eq1.tables(cfg.topo, cfg.eq1_ports)) if cfg.eq1
+                    else None for _, st in phases]
     for (steps, step), loads, ports in zip(phases, loads_of, ports_of, strict=True):
         lat = float((cfg.topo.path_latency_s * (step * (1 - np.eye(len(step))) > 0)).max())
         out.append((steps, loads, lat, ports))
@@ -309,8 +308,8 @@ def esp_unit_steps(cfg: WaferConfig):
         steps = np.stack([np.asarray(collectives.ring_step_traffic(g[x:x + 1], 1.0, d))
                           for x in range(g.shape[0])])  # [X, D, D]
         loads = np.asarray(cfg.topo.link_loads(jnp.asarray(steps)), np.float64)
-        ports = tuple(np.asarray(x, np.float64) for x in eq1.port_parts(
-            jnp.asarray(steps), eq1.tables(cfg.topo, cfg.eq1_ports))) if cfg.eq1 else None
+        ports = eq1.port_parts_np(steps, eq1.tables(cfg.topo, cfg.eq1_ports)) if cfg.eq1 \
+            else None
     lat = (cfg.topo.path_latency_s[None] * (steps > 0)).max(axis=(1, 2))
     return loads, lat, ports
 
@@ -438,13 +437,13 @@ def unit_tables(cfg: WaferConfig, counts_only: bool) -> UnitTables | None:
             parts["d_loads"].append(np.asarray(cfg.topo.link_loads(jnp.asarray(t))))
             parts["c_loads"].append(np.asarray(cfg.topo.link_loads(
                 jnp.asarray(t.transpose(0, 2, 1)))))
-            if cfg.eq1:
-                tab = eq1.tables(cfg.topo, cfg.eq1_ports)
-                for k, tt in (("d", t), ("c", t.transpose(0, 2, 1))):
-                    pb, pl = eq1.port_parts(jnp.asarray(tt, jnp.float32), tab)
-                    parts[f"{k}_pbw"].append(np.asarray(pb))
-                    parts[f"{k}_plat"].append(np.asarray(pl))
-                support += (t * off > 0).sum(0)
+        if cfg.eq1:  # host NumPy: static geometry
+            tab = eq1.tables(cfg.topo, cfg.eq1_ports)
+            for k, tt in (("d", t), ("c", t.transpose(0, 2, 1))):
+                pb, pl = eq1.port_parts_np(tt, tab)
+                parts[f"{k}_pbw"].append(pb)
+                parts[f"{k}_plat"].append(pl)
+            support += (t * off > 0).sum(0)
         used = t * off > 0
         parts["d_lat"].append((used * plat).max(axis=(1, 2)))
         parts["c_lat"].append((used.transpose(0, 2, 1) * plat).max(axis=(1, 2)))
