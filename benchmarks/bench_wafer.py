@@ -2,7 +2,7 @@
 per-trace NumPy loop of the same model, measured side by side in one run.
 
     .venv/bin/python benchmarks/bench_wafer.py [--hardware wsc-8x8] [--model qwen3-235b-a22b]
-        [--mapping er] [--traces 1 64 1024]
+        [--mapping er] [--traces 1 64 1024] [--network link_load|eq1]
 
 One MoE layer (attention all-reduce, dispatch + experts + combine, micro-batch pipeline) on
 counts-only traces (per-expert token counts, 256 tokens per TP group, power-law popularity).
@@ -21,9 +21,42 @@ import numpy as np
 from moejax import engine
 from moejax.hardware import load_platform
 from moejax.models import load_model, with_overrides
+from moejax.physics import eq1
 from moejax.systems.wafer import mapping as mp
 from moejax.systems.wafer import system as ws
 from moejax.trace import from_counts, gen
+
+
+def eq1_ports(cfg, traffic):
+    """001 Eq. 1 (bw part, latency part) per port [2 D P] of one phase, NumPy."""
+    tab = eq1.tables(cfg.topo, cfg.eq1_ports)
+    off = traffic * (1 - np.eye(traffic.shape[0]))
+    bw_c, lat_c = off * tab.inv_bw, (off > 0) * tab.latency
+    return tuple(np.concatenate([np.einsum("sd,sdp->sp", c, tab.out_port).ravel(),
+                                 np.einsum("sd,sdp->dp", c, tab.in_port).ravel()])
+                 for c in (bw_c, lat_c))
+
+
+def numpy_layer_eq1(cfg, placement, counts, ar_phases):
+    """One trace's layer time in Eq. 1 mode with NumPy (same rules as `system.layer`)."""
+    m, dev = cfg.model, cfg.platform.device
+    served = placement / placement.sum(1, keepdims=True)
+    pairs = mp.holder_shares(cfg.mapping)[:, None] * counts[None, :]
+    traffic = np.einsum("hd,hds->sd", pairs @ served, cfg.source_split) * m.token_bytes
+    dp, cp = eq1_ports(cfg, traffic), eq1_ports(cfg, traffic.T)
+    tok = counts[:, None] * served
+    t_exp = np.maximum(tok * m.expert_flops_per_token / dev.flops(cfg.expert_dtype),
+                       (tok > 0) * m.expert_weight_bytes / dev.memory_Bps).sum(0).max()
+    n_tok = counts.sum() / m.top_k
+    att = float(ws.attention_s(cfg, n_tok, 0.0))
+    best = np.inf
+    for mb in cfg.micro_batches:
+        ar = sum(steps * (lambda b, la: (b / mb + la).max())(*eq1_ports(cfg, raw * n_tok))
+                 for steps, _, _, raw in ar_phases)
+        a = [att / mb, ar]
+        s = [(dp[0] / mb + dp[1]).max(), t_exp / mb, (cp[0] / mb + cp[1]).max()]
+        best = min(best, sum(a) + (mb - 1) * max(a) + sum(s) + (mb - 1) * max(s))
+    return best
 
 
 def numpy_layer(cfg, inc, placement, counts, ar_phases):
@@ -45,7 +78,7 @@ def numpy_layer(cfg, inc, placement, counts, ar_phases):
     n_tok = counts.sum() / m.top_k
     vol = n_tok / cfg.mapping.num_groups * m.token_bytes
     ar_b = ar_l = 0.0
-    for steps, pattern, g in ar_phases:
+    for steps, pattern, g, _ in ar_phases:
         loads = np.einsum("sd,sdl->l", pattern * vol / g, inc)
         ar_b += steps * (loads / bw).max()
         ar_l += steps * (cfg.topo.path_latency_s * (pattern > 0)).max()
@@ -66,19 +99,23 @@ def main():
     ap.add_argument("--tp", type=int, default=4)
     ap.add_argument("--traces", type=int, nargs="+", default=[1, 64, 1024])
     ap.add_argument("--numpy-max", type=int, default=64, help="traces timed in the NumPy loop")
+    ap.add_argument("--network", default="link_load", choices=("link_load", "eq1"),
+                    help="eq1: 001 Eq. 1 mode with bidirectional rings")
     args = ap.parse_args()
 
     model = with_overrides(load_model(args.model), weight_bytes=1.0)
     cfg = ws.make_config(load_platform(args.hardware), model, mapping=args.mapping,
-                         tp_size=args.tp)
+                         tp_size=args.tp, network=args.network,
+                         bidirectional_rings=args.network == "eq1")
     params = ws.default_params(cfg)
     sysm = ws.build(cfg, 1)
     n = cfg.mapping.num_groups * 256
     inc = cfg.topo.incidence()
     ar = []
     for steps, step in ws.allreduce_phases(cfg, 1.0):
-        pattern = np.asarray(step) > 0
-        ar.append((steps, pattern.astype(np.float32), cfg.mapping.groups.shape[1]))
+        pattern = (np.asarray(step) > 0).astype(np.float32)
+        # eq1: the step's traffic per token (1/g of the group's hidden states, halves each way)
+        ar.append((steps, pattern, cfg.mapping.groups.shape[1], np.asarray(step, np.float64)))
     place = np.asarray(params.placement)
     print(f"{args.hardware}, {args.model}, mapping={args.mapping}, TP={args.tp}, "
           f"{n} tokens, one MoE layer, backend={jax.default_backend()}")
@@ -102,9 +139,14 @@ def main():
             jax.block_until_ready(out["layer_s"])
         jax_s = (time.perf_counter() - t0) / reps
         k = min(t, args.numpy_max)
-        numpy_layer(cfg, inc, place, counts[0], ar)  # warm-up (NumPy / BLAS first-call cost)
+        def one(c):
+            if args.network == "eq1":
+                return numpy_layer_eq1(cfg, place, c, ar)
+            return numpy_layer(cfg, inc, place, c, ar)
+
+        one(counts[0])  # warm-up (NumPy / BLAS first-call cost)
         t0 = time.perf_counter()
-        ref = [numpy_layer(cfg, inc, place, counts[i], ar) for i in range(k)]
+        ref = [one(counts[i]) for i in range(k)]
         np_s = (time.perf_counter() - t0) / k * t
         diff = float(np.max(np.abs(np.asarray(out["layer_s"])[:k] - np.asarray(ref))
                             / np.asarray(ref)))

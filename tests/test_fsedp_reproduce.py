@@ -77,7 +77,8 @@ def test_microslice_claim_needs_an_interior_minimum_below_10():
 
 
 def test_speedup_claims_from_rows():
-    rows = {"model": [], "tokens": [], "system": [], "latency_s": [], "onchip_bytes": []}
+    rows = {"model": [], "tokens": [], "system": [], "latency_s": [], "onchip_bytes": [],
+            "needed_bytes": []}
     for mname in study.MODELS:
         for t in study.TOKENS:
             for s, lat in (("EP", 2.0), ("Hydra", 1.5), ("FSE-DP", 1.0),
@@ -87,6 +88,7 @@ def test_speedup_claims_from_rows():
                 rows["system"].append(s)
                 rows["latency_s"].append(lat)
                 rows["onchip_bytes"].append(10e6 if s.startswith("FSE") else 50e6)
+                rows["needed_bytes"].append(10e6 if s.startswith("FSE") else 50e6)
     claims = {c.id: c for c in study.fig9_claims(rows)}
     ep = claims["fsedp.speedup_vs_ep"].simulated
     assert ep["min"] == pytest.approx(2.0) and ep["max"] == pytest.approx(2.5)

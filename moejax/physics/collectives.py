@@ -37,17 +37,24 @@ def all_to_all_time_s(traffic, topo: Topology, tau=0.0):
     return phase_time_s(traffic, topo, tau)
 
 
-def ring_step_traffic(groups: np.ndarray, chunk_bytes, num_devices: int):
+def ring_step_traffic(groups: np.ndarray, chunk_bytes, num_devices: int,
+                      bidirectional: bool = False):
     """Traffic [..., D, D] of one ring step: member i of each group sends to member i+1.
 
     groups: int [G, g] device ids of G concurrent rings of g members.
     chunk_bytes: scalar (or [...]) bytes each member sends in this step.
+    bidirectional: half of the chunk goes to the successor and half to the predecessor
+    (two rings in opposite directions over halves of the data, the same g - 1 steps;
+    001 §IV-B2 "Packages are sent bi-directionally, step by step").
     """
     groups = np.asarray(groups)
     src = groups.reshape(-1)
-    dst = np.roll(groups, -1, axis=1).reshape(-1)
     pattern = np.zeros((num_devices, num_devices), np.float32)
-    pattern[src, dst] = 1.0
+    if bidirectional:
+        for shift in (-1, 1):
+            np.add.at(pattern, (src, np.roll(groups, shift, axis=1).reshape(-1)), 0.5)
+    else:
+        pattern[src, np.roll(groups, -1, axis=1).reshape(-1)] = 1.0
     np.fill_diagonal(pattern, 0.0)
     return jnp.asarray(chunk_bytes, jnp.float32)[..., None, None] * pattern
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from moejax import engine
 from moejax.hardware import load_platform
-from moejax.models import load_model
+from moejax.models import load_model, with_overrides
 from moejax.reproduce import Claim, Report
 from moejax.reproduce.progress import study_progress
 from moejax.results import atomic_write_csv
@@ -57,6 +57,31 @@ TRACE_GEN = "powerlaw:alpha=1.2"
 SYSTEMS = ("EP", "Hydra", "FSE-DP", "FSE-DP+paired")
 MB = 1e6
 GBps = 1e9
+
+# Readings (docs/reproduction/fsedp.md "Readings"; issue 14). Primary: Table I's "4.865 TOPS"
+# read as INT8 (TOPS names integer operations; 000 states no weight dtype), so weights are
+# 1 byte; any-die DDR loading (000 Rule 4 / Algorithm 1 line 12 "Pre-load e to any idle
+# buffer", §IV-C, Fig. 6); D2D flows charged on every mesh link of their XY route (000 §V-C
+# routers, Table I per-hop latency). "shipped" = bf16 weights, trajectory-only loading,
+# bytes x hops on the sender (moejax before issue 14), kept as a sensitivity.
+READINGS = {
+    "primary": dict(weight_bytes=1.0, dtype="int8", ddr_loading="any", d2d="link"),
+    "shipped": dict(weight_bytes=2.0, dtype="bf16", ddr_loading="trajectory", d2d="sender"),
+}
+READING = "primary"
+NEEDED_WITHIN = 0.02  # memory "needed": smallest buffer within 2% of the largest's latency
+NEEDED_BUFFERS = (2e6, 4e6)  # bytes per die tried below the catalog buffer (decimal MB)
+
+
+def model_of(name: str, reading: str | None = None):
+    """A Table I model with the reading's weight bytes (activations stay bf16)."""
+    r = READINGS[reading or READING]
+    return with_overrides(load_model(name), weight_bytes=r["weight_bytes"])
+
+
+def _fsedp_kw(reading: str | None = None) -> dict:
+    r = READINGS[reading or READING]
+    return dict(dtype=r["dtype"], ddr_loading=r["ddr_loading"], d2d=r["d2d"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +117,7 @@ def _near(sim: float, paper: float, factor: float = 1.5) -> bool:
 def traces_for(model_name: str, tokens, traces: int, layers: int, iterations: int = 1,
                seed: int = 0):
     """Traces [len(tokens) * traces] padded to max(tokens) slots; point i // traces."""
-    m = load_model(model_name)
+    m = model_of(model_name)
     tpi = np.repeat(np.asarray(tokens, np.int32), traces)[:, None] * np.ones(
         (1, iterations), np.int32)
     return gen.generate(TRACE_GEN, jax.random.key(seed), num_traces=len(tpi),
@@ -100,18 +125,21 @@ def traces_for(model_name: str, tokens, traces: int, layers: int, iterations: in
                         num_experts=m.num_experts, top_k=m.top_k, tokens_per_iteration=tpi)
 
 
-def fsedp_system(platform: str, model_name: str, ablation: str, iterations: int = 1, **kw):
+def fsedp_system(platform: str, model_name: str, ablation: str, iterations: int = 1,
+                 reading: str | None = None, **kw):
     """(System, params) of FSE-DP under an ablation, micro-slices 8 raised to fit (§VI-D)."""
-    cfg = make_config(load_platform(platform), load_model(model_name), ablation=ablation, **kw)
+    cfg = make_config(load_platform(platform), model_of(model_name, reading), ablation=ablation,
+                      **{**_fsedp_kw(reading), **kw})
     m = max(8.0, float(min_microslices(cfg)))
     return cfg, fsys.build(cfg, iterations), FSEDPParams(num_microslices=jnp.float32(m))
 
 
-def baseline_system(platform: str, model_name: str, relocate: bool, iterations: int = 1):
+def baseline_system(platform: str, model_name: str, relocate: bool, iterations: int = 1,
+                    reading: str | None = None):
     """EP (contiguous experts) or Hydra (popularity relocation), head-parallel attention."""
     plat = load_platform(platform)
-    cfg = ep.make_config(plat, load_model(model_name), attention="tp",
-                         tp_size=plat.num_devices)
+    cfg = ep.make_config(plat, model_of(model_name, reading), attention="tp",
+                         tp_size=plat.num_devices, dtype=READINGS[reading or READING]["dtype"])
     return hydra.build(cfg, iterations, relocate), ep.default_params(cfg)
 
 
@@ -140,12 +168,38 @@ def _per_point(x, n_points: int):
 # --- Fig. 9 / 12: layer latency and on-chip memory -----------------------------------------
 
 
+def needed_onchip(model_name: str, traces, full_latency, full_onchip) -> np.ndarray:
+    """Package bytes FSE-DP (A3) needs per Fig. 9 point: weights + tokens of the smallest
+    per-die buffer (NEEDED_BUFFERS, then the catalog's) whose latency is within
+    NEEDED_WITHIN of the catalog buffer's (§VI-B: "smaller buffer sizes are permissible at
+    the cost of some performance loss"; Rule 4 fills any buffer, so the peak at the catalog
+    buffer measures the input, not the need)."""
+    need = np.asarray(full_onchip, np.float64).copy()
+    done = np.zeros(len(need), bool)
+    for buf in NEEDED_BUFFERS:
+        _, system, params = fsedp_system("chiplet-2x2", model_name, "A3",
+                                         weight_buffer_bytes=buf)
+        r = _np(engine.simulate(system, params, traces, progress=False))
+        lat = _per_point(r["latency_s"], len(TOKENS))
+        byt = _per_point(np.asarray(r["peak_weight_bytes"]).sum(-1)
+                         + np.asarray(r["peak_token_bytes"]).sum(-1), len(TOKENS))
+        ok = (~done) & (lat <= np.asarray(full_latency) * (1 + NEEDED_WITHIN))
+        need = np.where(ok, byt, need)
+        done |= ok
+    return need
+
+
 def fig9_fig12(out: Path, grid: Grid, tick) -> dict:
     rows = {"model": [], "tokens": [], "system": [], "latency_s": [], "weight_bytes": [],
-            "token_bytes": [], "onchip_bytes": [], "utilization": []}
+            "token_bytes": [], "onchip_bytes": [], "utilization": [], "needed_bytes": []}
     for mname in MODELS:
         tr = traces_for(mname, TOKENS, grid.traces, grid.layers)
         res = run_systems("chiplet-2x2", mname, TOKENS, tr, grid.traces)
+        a3 = res["FSE-DP+paired"]
+        need = needed_onchip(
+            mname, tr, _per_point(a3["latency_s"], len(TOKENS)),
+            _per_point(np.asarray(a3["peak_weight_bytes"]).sum(-1)
+                       + np.asarray(a3["peak_token_bytes"]).sum(-1), len(TOKENS)))
         for name, r in res.items():
             lat = _per_point(r["latency_s"], len(TOKENS))
             w = _per_point(np.asarray(r["peak_weight_bytes"]).sum(-1), len(TOKENS))
@@ -160,6 +214,8 @@ def fig9_fig12(out: Path, grid: Grid, tick) -> dict:
                 rows["token_bytes"].append(float(tk[i]))
                 rows["onchip_bytes"].append(float(w[i] + tk[i]))
                 rows["utilization"].append(float(util[i]))
+                rows["needed_bytes"].append(float(need[i]) if name == "FSE-DP+paired"
+                                            else float(w[i] + tk[i]))
         tick(f"Fig. 9 {mname}")
     _csv(out / "fig9_layer_latency.csv", {k: rows[k] for k in
                                           ("model", "tokens", "system", "latency_s",
@@ -168,7 +224,7 @@ def fig9_fig12(out: Path, grid: Grid, tick) -> dict:
                   "000 Fig. 9: single MoE layer latency, chiplet-2x2", log=True)
     _csv(out / "fig12_onchip_memory.csv", {k: rows[k] for k in
                                            ("model", "tokens", "system", "weight_bytes",
-                                            "token_bytes", "onchip_bytes")})
+                                            "token_bytes", "onchip_bytes", "needed_bytes")})
     _plot_memory(out / "fig12_onchip_memory.png", rows)
     return rows
 
@@ -220,8 +276,10 @@ def fig9_claims(rows) -> list[Claim]:
         "(knee ~190 tokens per expert: 4.865 TFLOP/s over 25.6 GB/s, bf16), so there is no "
         "hot expert whose compute could hide a cold one's DDR load; the hot-cold order only "
         "moves which DDR channel loads what (see docs)"))
-    fse = {mn: max(_lookup(rows, "onchip_bytes", model=mn, tokens=t, system=s)
-                   for t in TOKENS for s in ("FSE-DP", "FSE-DP+paired")) for mn in MODELS}
+    fse = {mn: max(_lookup(rows, "needed_bytes", model=mn, tokens=t, system="FSE-DP+paired")
+                   for t in TOKENS) for mn in MODELS}
+    filled = {mn: max(_lookup(rows, "onchip_bytes", model=mn, tokens=t, system=s)
+                      for t in TOKENS for s in ("FSE-DP", "FSE-DP+paired")) for mn in MODELS}
     epm = {mn: max(_lookup(rows, "onchip_bytes", model=mn, tokens=t, system=s)
                    for t in TOKENS for s in ("EP", "Hydra")) for mn in MODELS}
     ratio = {mn: epm[mn] / fse[mn] for mn in MODELS}
@@ -230,13 +288,15 @@ def fig9_claims(rows) -> list[Claim]:
     claims.append(Claim(
         "fsedp.onchip_memory_vs_ep", "FSE-DP on-chip memory under 32 MB per package, about "
         "1/5 of EP's and Hydra's (§VI-B, Fig. 12)",
-        {"fsedp_mb": {k: v / MB for k, v in fse.items()},
+        {"fsedp_needed_mb": {k: v / MB for k, v in fse.items()},
+         "fsedp_filled_mb": {k: v / MB for k, v in filled.items()},
          "ep_hydra_mb": {k: v / MB for k, v in epm.items()},
          "ep_over_fsedp": ratio, "mean_ep_over_fsedp": mean_ratio},
         bool(ok),
-        "" if ok else "FSE-DP fills the catalog's 8 MiB weight buffer per die (4 x 8 MiB = "
-        "33.5 MB) plus its tokens; EP keeps 2 whole experts per die (compute + prefetch), so "
-        "the ratio grows with the expert size (Qwen3 9.4 MB experts .. Phi-3.5 79 MB)"))
+        "FSE-DP memory = what the schedule needs: the smallest per-die buffer of "
+        f"{[b / MB for b in NEEDED_BUFFERS]} MB or the catalog's whose latency is within "
+        f"{NEEDED_WITHIN:.0%} of the catalog buffer's, max over tokens (with the catalog "
+        "buffer Rule 4 fills it: 'filled')"))
     return claims
 
 
@@ -316,7 +376,7 @@ def _fits_m(model, buf_bytes: float, m: float) -> bool:
 def fig16(out: Path, grid: Grid, tick, model_name: str = "qwen3-30b-a3b",
           tokens: int = 64) -> dict:
     """(a) buffer x DDR at D2D 288 GB/s, (b) DDR x D2D at 14 MB: ONE vmapped params sweep."""
-    model = load_model(model_name)
+    model = model_of(model_name)
     cfg, system, base = fsedp_system("chiplet-2x2", model_name, "A3")
     pts = [("a", b, d, 288.0) for b in grid.buffers_mb for d in grid.ddr_gbps]
     pts += [("b", 14.0, d, l) for d in grid.ddr_gbps for l in grid.d2d_gbps]
@@ -369,7 +429,7 @@ def fig17(out: Path, grid: Grid, tick, tokens: int = 256) -> dict:
     """Latency over micro-slice count x weight buffer (Phi-3.5, Qwen3), one sweep per model."""
     rows = {"model": [], "buffer_mb": [], "num_microslices": [], "latency_s": []}
     for mname in ("phi-3.5-moe", "qwen3-30b-a3b"):
-        model = load_model(mname)
+        model = model_of(mname)
         bufs = tuple(b * (4 if mname.startswith("phi") else 1) for b in grid.buffers_mb)
         _, system, _ = fsedp_system("chiplet-2x2", mname, "A3")
         pts = [(b, m) for b in bufs for m in grid.microslices
@@ -407,9 +467,15 @@ def fig17(out: Path, grid: Grid, tick, tokens: int = 256) -> dict:
     return rows
 
 
+CLAIM_BUFFER_MB = 14.0  # per die; the review's small-buffer setting (Fig. 16(b) / 17)
+
+
 def fig17_claim(rows) -> Claim:
     q = [i for i, v in enumerate(rows["model"]) if v == "qwen3-30b-a3b"]
-    big = max(rows["buffer_mb"][i] for i in q)
+    # issue 14 / review: at the largest buffer the coarse (left) branch disappears; the claim
+    # is read at the 14 MB buffer (in both grids) and reported at every buffer
+    bufs = {rows["buffer_mb"][i] for i in q}
+    big = CLAIM_BUFFER_MB if CLAIM_BUFFER_MB in bufs else max(bufs)
     j = sorted((i for i in q if rows["buffer_mb"][i] == big),
                key=lambda i: rows["num_microslices"][i])
     ms = [rows["num_microslices"][i] for i in j]

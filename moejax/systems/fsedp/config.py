@@ -42,6 +42,9 @@ ABLATIONS = {
 # Fig. 4b): the one being computed and forwarded (Rule 1) and the one being received.
 SLOTS_PER_RUNNING_EXPERT = 2
 
+DDR_LOADING = ("trajectory", "any")
+D2D_ACCOUNTING = ("sender", "link")
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FSEDPConfig:
@@ -71,6 +74,16 @@ class FSEDPConfig:
     weight_buffer_bytes: float = 0.0
     ctrl_overhead_s: float = DEFAULT_CTRL_OVERHEAD_S
     dtype: str = "bf16"
+    # DDR loading (000 Rule 4, Algorithm 1 line 12 "Pre-load e to any idle buffer", §IV-C
+    # "regardless of storage location, weights can be swept into the dataflow", Fig. 6):
+    # "any" = every die with a free buffer loads a share of a streaming expert from its own
+    # channel and forwards it over D2D to the nearest trajectory die; "trajectory" = only
+    # the dies of T_e load (the narrower reading).
+    ddr_loading: str = "trajectory"
+    # D2D accounting: "link" = the ring flows (and forwards) load every directed mesh link
+    # on their XY route once (`topology.link_loads`; 000 §V-C routers, Table I per-hop
+    # latency); "sender" = bytes x hops charged to the sending die's one D2D resource.
+    d2d: str = "sender"
 
     @property
     def num_devices(self) -> int:
@@ -123,7 +136,8 @@ def make_config(platform: Platform, model: ModelSpec, *, ablation: str | None = 
                 token_buffering: bool = False, slack: float = 0.2, theta_min: float = 2.0,
                 num_requests: int = 4, weight_buffer_bytes: float = 0.0,
                 ctrl_overhead_s: float = DEFAULT_CTRL_OVERHEAD_S,
-                dtype: str = "bf16") -> FSEDPConfig:
+                dtype: str = "bf16", ddr_loading: str = "trajectory",
+                d2d: str = "sender") -> FSEDPConfig:
     """Validated FSEDPConfig; `ablation` ("A1".."A5") sets the four switches of §VI-C."""
     if platform.family != "chiplet":
         raise ConfigError(f"fsedp: platform {platform.name} is a {platform.family} platform; "
@@ -145,10 +159,14 @@ def make_config(platform: Platform, model: ModelSpec, *, ablation: str | None = 
                           "(0 = the platform's onchip_buffer_bytes)")
     if ctrl_overhead_s < 0:
         raise ConfigError(f"ctrl_overhead_s = {ctrl_overhead_s!r}; allowed: >= 0 seconds")
+    if ddr_loading not in DDR_LOADING:
+        raise ConfigError(f"ddr_loading = {ddr_loading!r}; allowed: {', '.join(DDR_LOADING)}")
+    if d2d not in D2D_ACCOUNTING:
+        raise ConfigError(f"d2d = {d2d!r}; allowed: {', '.join(D2D_ACCOUNTING)}")
     buf = weight_buffer_bytes or platform.device.onchip_buffer_bytes
     return FSEDPConfig(platform, model, topology.build(platform), naive, paired_load, rule5,
                        token_buffering, float(slack), float(theta_min), int(num_requests),
-                       float(buf), float(ctrl_overhead_s), dtype)
+                       float(buf), float(ctrl_overhead_s), dtype, ddr_loading, d2d)
 
 
 def min_microslices(cfg: FSEDPConfig) -> int:

@@ -121,21 +121,62 @@ def unit_order(cfg: FSEDPConfig, counts):
     return jnp.where(active, unit, e).astype(jnp.int32)
 
 
-def ring_successor_hops(cfg: FSEDPConfig, member):
-    """Hops from each die to its successor on expert e's ring trajectory, [E, D]."""
+def ring_successor(cfg: FSEDPConfig, member):
+    """One-hot [E, D, D2]: each die's successor on expert e's ring trajectory."""
     d = cfg.num_devices
     pos = cfg.ring_order
     dist = (pos[None, :] - pos[:, None]) % d  # [D, D] ring distance d -> d2
     dist = np.where(dist == 0, d, dist).astype(np.float32)
     masked = jnp.where(member[:, None, :], dist[None], 2.0 * d + 1)  # [E, D, D2]
-    nxt = relax.argmin_onehot(masked, 0.0, axis=-1)  # [E, D, D2]
+    return relax.argmin_onehot(masked, 0.0, axis=-1)
+
+
+def ring_successor_hops(cfg: FSEDPConfig, member):
+    """Hops from each die to its successor on expert e's ring trajectory, [E, D]."""
+    nxt = ring_successor(cfg, member)
     return (nxt * jnp.asarray(cfg.topo.hops, jnp.float32)[None]).sum(-1) * member
+
+
+def nearest_member(cfg: FSEDPConfig, member):
+    """One-hot [E, D, D2]: the trajectory die nearest (hops, then id) to each die outside
+    T_e, where an any-die DDR share is forwarded (zero rows for members / idle experts)."""
+    hops = np.asarray(cfg.topo.hops, np.float32)
+    masked = jnp.where(member[:, None, :], hops[None], 1e9)
+    near = relax.argmin_onehot(masked, 0.0, axis=-1)
+    outside = (~member) & member.any(-1, keepdims=True)
+    return near * outside[..., None]
+
+
+def d2d_flows(cfg: FSEDPConfig, member, w):
+    """D2D bytes [E, D(src), D(dst)] of one layer's streams: each trajectory die sends
+    W (|T_e| - 1) / |T_e| to its ring successor (Rule 1); under any-die loading a die outside
+    T_e forwards its 1/D DDR share to the nearest member."""
+    memf = member.astype(jnp.float32)
+    n_t = memf.sum(-1)
+    per = memf * (w * (n_t - 1.0) / jnp.maximum(n_t, 1.0))[:, None]
+    flows = per[..., None] * ring_successor(cfg, member)
+    if cfg.ddr_loading == "any":
+        flows = flows + (w / cfg.num_devices) * nearest_member(cfg, member)
+    return flows
+
+
+def d2d_resources(cfg: FSEDPConfig) -> int:
+    """Number of D2D resources: one per die (sender) or per directed link (link)."""
+    return cfg.topo.num_links if cfg.d2d == "link" else cfg.num_devices
+
+
+def out_links(cfg: FSEDPConfig) -> np.ndarray:
+    """[D, Lk] 0/1: directed link l leaves die d (link accounting's per-die D2D view)."""
+    inc = cfg.topo.incidence()
+    one = (np.asarray(cfg.topo.hops) == 1)[:, :, None] * inc  # single-hop routes
+    return one.sum(1).clip(0, 1).astype(np.float32)
 
 
 def expert_demands(cfg: FSEDPConfig, m, tok, hw: Hardware | None = None):
     """Static per-expert quantities of one layer (see module docstring).
 
-    Returns member [E, D] bool, comp_s [E, D], ddr_s [E, D] (even shares), send_s [E, D],
+    Returns member [E, D] bool, comp_s [E, D], ddr_s [E, D] (even shares), send_s [E, R]
+    (R = dies under "sender" D2D accounting, directed links under "link"),
     drain_s [E] (pipeline latency without the fill), fill_s scalar (one micro-slice's load).
     """
     hw = hardware_of(cfg) if hw is None else hw
@@ -148,7 +189,11 @@ def expert_demands(cfg: FSEDPConfig, m, tok, hw: Hardware | None = None):
     hops = ring_successor_hops(cfg, member)
     comp = tok.T * mod.expert_flops_per_token / cfg.peak_flops + memf * m * cfg.ctrl_overhead_s
     ddr = memf * (w / safe_n)[:, None] / hw.ddr_Bps
-    send = memf * (w * (n_t - 1.0) / safe_n)[:, None] * hops / hw.link_Bps
+    flows = d2d_flows(cfg, member, w)  # [E, D, D]
+    if cfg.d2d == "link":  # every link on the XY route carries the flow once
+        send = cfg.topo.link_loads(flows) / hw.link_Bps
+    else:  # the sender's one D2D resource pays bytes x hops
+        send = (flows * jnp.asarray(cfg.topo.hops, jnp.float32)).sum(-1) / hw.link_Bps
     w_ms = w / m
     # Rule 1: the last micro-slice passes |T_e| - 1 successors, one compute each.
     per_ms = tok.T * mod.expert_flops_per_token / cfg.peak_flops / m + memf * cfg.ctrl_overhead_s
@@ -214,9 +259,15 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
     by_pos = jnp.argsort(pos)  # expert at each position of E_sorted (active ones first)
     member, comp, _, send, drain, fill = expert_demands(cfg, m, tok, hw)
     # [D, E] inside the event loop (see LayerState)
-    member, comp, send = member.T, comp.T, send.T
+    member, comp, send = member.T, comp.T, send.T  # send [R, E]
     memf = member.astype(jnp.float32)
     active = member.any(0)
+    # dies that load a streaming expert's micro-slices from their DDR channel (Rule 4)
+    loader = (jnp.broadcast_to(active[None, :], member.shape) if cfg.ddr_loading == "any"
+              else member)
+    loadf = loader.astype(jnp.float32)
+    link_mode = cfg.d2d == "link"
+    per_die_send = jnp.asarray(out_links(cfg)) if link_mode else None  # [D, Lk]
     w_ms = w / m
     slot_bytes = SLOTS_PER_RUNNING_EXPERT * w_ms
     slot_de = slot_bytes * memf  # [D, E] slots of a running expert
@@ -238,7 +289,7 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
         pre_tot = st.pre_bytes.sum(0)
         if cfg.rule5:
             # Rule 5: remaining DDR load goes to T_e dies in proportion to free space.
-            free = jnp.maximum(cap - occ_at, 0.0) * memf + 1e-30 * memf
+            free = jnp.maximum(cap - occ_at, 0.0) * loadf + 1e-30 * loadf
             frac = free / jnp.maximum(free.sum(0, keepdims=True), 1e-30)
             ddr = frac * jnp.maximum(w - pre_tot, 0.0)[None, :] / ddr_Bps
             st = st.replace(ddr_s=jnp.where(start_e[None, :], ddr, st.ddr_s))
@@ -296,35 +347,45 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
         peak = jnp.maximum(st.peak_weight_bytes, occ)
         stream = st.status == STREAMING
         if not cfg.rule5:
-            # Rule 4: every trajectory die with space loads the stream's next micro-slice,
-            # so its DDR load is pooled over T_e; a die shared by c streams gives each 1/c.
-            use = memf * stream[None, :]
+            # Rule 4: every loading die (T_e, or any die) with space loads the stream's next
+            # micro-slice, so its DDR load is pooled over them; a die shared by c streams
+            # gives each 1/c.
+            use = loadf * stream[None, :]
             inv = use / jnp.maximum(use.sum(1), 1.0)[:, None]
             frac = inv / jnp.maximum(inv.sum(0, keepdims=True), 1e-30)
             st = st.replace(ddr_s=frac * st.ddr_total_s[None, :])
-            has_ddr = member & (st.ddr_total_s > 0)[None, :]  # == ddr_s > 0 where streaming
+            has_ddr = loader & (st.ddr_total_s > 0)[None, :]  # == ddr_s > 0 where streaming
         else:
             has_ddr = st.ddr_s > 0
         ddr_s = st.ddr_s
         # per resource: summed demand of the running streams on each die, [D]
         loads = [jnp.where(stream[None, :], x, 0.0).sum(1) for x in (comp, ddr_s, send)]
-        bott = jnp.max(jnp.maximum(  # [E]: the busiest resource each stream uses
-            jnp.maximum(jnp.where(has_comp, loads[0][:, None], 0.0),
-                        jnp.where(has_ddr, loads[1][:, None], 0.0)),
-            jnp.where(has_send, loads[2][:, None], 0.0)), axis=0)
+        if link_mode:  # D2D resources are links [Lk], not dies
+            bott = jnp.maximum(jnp.max(jnp.maximum(
+                jnp.where(has_comp, loads[0][:, None], 0.0),
+                jnp.where(has_ddr, loads[1][:, None], 0.0)), axis=0),
+                jnp.max(jnp.where(has_send, loads[2][:, None], 0.0), axis=0))
+        else:
+            bott = jnp.max(jnp.maximum(  # [E]: the busiest resource each stream uses
+                jnp.maximum(jnp.where(has_comp, loads[0][:, None], 0.0),
+                            jnp.where(has_ddr, loads[1][:, None], 0.0)),
+                jnp.where(has_send, loads[2][:, None], 0.0)), axis=0)
         rate = jnp.where(stream & (bott > 0), 1.0 / jnp.where(bott > 0, bott, 1.0), 0.0)
         t_stream = jnp.where(stream, (1.0 - st.prog) * bott, jnp.inf)
         t_drain = jnp.where(st.status == DRAINING, st.drain_end_s - st.t_s, jnp.inf)
         dt = jnp.minimum(t_stream.min(), t_drain.min())
         dt = jnp.where(jnp.isfinite(dt), jnp.maximum(dt, 0.0), 0.0)
-        usage = jnp.stack([(rate[None, :] * x).sum(1) for x in (comp, ddr_s, send)],
-                          axis=-1)  # [D, 3], each <= 1
+        u_send = (rate[None, :] * send).sum(1)  # [R]
+        if link_mode:  # a die's D2D usage: its busiest outgoing link
+            u_send = jnp.max(per_die_send * u_send[None, :], axis=1)
+        usage = jnp.stack([(rate[None, :] * comp).sum(1), (rate[None, :] * ddr_s).sum(1),
+                           u_send], axis=-1)  # [D, 3], each <= 1
         # Rule 4 / Algorithm 1 line 12: each die's left-over DDR bandwidth pre-loads the
         # next pending expert (in Algorithm 1 order) that still has a share to load on that die,
         # into free space beyond the slots reserved for one more starting expert.
         pend = (st.status == PENDING)[None, :]
         left_e = jnp.maximum(w - st.pre_bytes.sum(0), 0.0)  # [E] bytes not yet on chip
-        cand = pend & member & (left_e[None, :] > 0)  # [D, E]
+        cand = pend & loader & (left_e[None, :] > 0)  # [D, E]
         first = jnp.min(jnp.where(cand, pos[None, :], e_n), axis=1)  # [D]
         has_tgt = first < e_n
         tgt = by_pos[jnp.minimum(first, e_n - 1)]  # [D] the expert each die pre-loads

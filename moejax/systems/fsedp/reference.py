@@ -53,14 +53,36 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
     cap = cfg.weight_buffer_bytes
     reserve = slot  # room for one more starting expert
 
-    # per-expert demands (layer.expert_demands)
-    comp, send, share, hops = {}, {}, {}, {}
+    # per-expert demands (layer.expert_demands); D2D resources: dies ("sender") or links
+    link_mode = cfg.d2d == "link"
+    inc = cfg.topo.incidence() if link_mode else None
+    r_n = cfg.topo.num_links if link_mode else d_n
+    comp, share, hops = {}, {}, {}
+    send = [[0.0] * r_n for _ in range(e_n)]
+    active = [n_t[e] > 0 for e in range(e_n)]
+    loader = [[member[e][d] or (cfg.ddr_loading == "any" and active[e]) for d in range(d_n)]
+              for e in range(e_n)]
+
+    def flow(e, src, dst, nbytes):  # D2D bytes src -> dst of expert e's stream
+        if nbytes <= 0 or src == dst:
+            return
+        if link_mode:
+            for lk in range(r_n):
+                if inc[src, dst, lk]:
+                    send[e][lk] += nbytes / cfg.link_Bps
+        else:
+            send[e][src] += nbytes * float(hops_tab[src, dst]) / cfg.link_Bps
+
     drain = [0.0] * e_n
     for e in range(e_n):
         n = max(n_t[e], 1)
         for d in range(d_n):
             if not member[e][d]:
-                comp[e, d] = send[e, d] = share[e, d] = hops[e, d] = 0.0
+                comp[e, d] = share[e, d] = hops[e, d] = 0.0
+                if cfg.ddr_loading == "any" and active[e]:  # forward to the nearest member
+                    near = min((x for x in range(d_n) if member[e][x]),
+                               key=lambda x: (hops_tab[d, x], x))
+                    flow(e, d, near, w / d_n)
                 continue
             best, nxt = None, d
             for d2 in range(d_n):
@@ -71,7 +93,7 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
             hops[e, d] = float(hops_tab[d, nxt])
             comp[e, d] = tok[d, e] * f_tok / cfg.peak_flops + m * cfg.ctrl_overhead_s
             share[e, d] = w / n
-            send[e, d] = w * (n_t[e] - 1) / n * hops[e, d] / cfg.link_Bps
+            flow(e, d, nxt, w * (n_t[e] - 1) / n)
         hs = [hops[e, d] for d in range(d_n)]
         per_ms = max(tok[d, e] * f_tok / cfg.peak_flops / m
                      + (cfg.ctrl_overhead_s if member[e][d] else 0.0) for d in range(d_n))
@@ -103,7 +125,7 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
     def start(e, occ):
         pre_tot = sum(pre[e, d] for d in range(d_n))
         if cfg.rule5:  # Rule 5: spread the remaining DDR load by free space
-            free = [max(cap - occ[d], 0.0) + 1e-30 if member[e][d] else 0.0
+            free = [max(cap - occ[d], 0.0) + 1e-30 if loader[e][d] else 0.0
                     for d in range(d_n)]
             tot = sum(free)
             ddr = [free[d] / tot * max(w - pre_tot, 0.0) / cfg.ddr_Bps for d in range(d_n)]
@@ -111,7 +133,7 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
             ddr = [0.0] * d_n  # pooled (Rule 4): split at every event below
         ddr_total[e] = max(w - pre_tot, 0.0) / cfg.ddr_Bps
         for d in range(d_n):
-            dem[e, d] = (comp[e, d], ddr[d], send[e, d])
+            dem[e, d] = (comp[e, d], ddr[d])
             pre[e, d] = 0.0
         pipe[e] = drain[e] + (0.0 if pre_tot >= w_ms else fill)
         status[e] = STREAMING
@@ -143,25 +165,33 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
         peak = [max(peak[d], occ[d]) for d in range(d_n)]
         stream = [e for e in range(e_n) if status[e] == STREAMING]
         if not cfg.rule5:  # Rule 4: DDR load pooled over T_e, 1/c of a die shared by c
-            users = [sum(1 for e in stream if member[e][d]) for d in range(d_n)]
+            users = [sum(1 for e in stream if loader[e][d]) for d in range(d_n)]
             for e in stream:
-                inv = [1.0 / users[d] if member[e][d] else 0.0 for d in range(d_n)]
+                inv = [1.0 / users[d] if loader[e][d] else 0.0 for d in range(d_n)]
                 tot = sum(inv)
                 for d in range(d_n):
-                    c, _, sd = dem[e, d]
-                    dem[e, d] = (c, inv[d] / tot * ddr_total[e], sd)
-        load = [[sum(dem[e, d][k] for e in stream) for k in range(3)] for d in range(d_n)]
+                    c, _ = dem[e, d]
+                    dem[e, d] = (c, inv[d] / tot * ddr_total[e])
+        load = [[sum(dem[e, d][k] for e in stream) for k in range(2)] for d in range(d_n)]
+        load_r = [sum(send[e][r] for e in stream) for r in range(r_n)]
         bott, rate, t_end = {}, {}, math.inf
         for e in stream:
-            bott[e] = max([load[d][k] for d in range(d_n) for k in range(3) if dem[e, d][k] > 0],
-                          default=0.0)
+            bott[e] = max([load[d][k] for d in range(d_n) for k in range(2) if dem[e, d][k] > 0]
+                          + [load_r[r] for r in range(r_n) if send[e][r] > 0], default=0.0)
             rate[e] = 1.0 / bott[e] if bott[e] > 0 else 0.0
             t_end = min(t_end, (1.0 - prog[e]) * bott[e])
         for e in range(e_n):
             if status[e] == DRAINING:
                 t_end = min(t_end, drain_end[e] - t)
         dt = max(t_end, 0.0) if math.isfinite(t_end) else 0.0
-        usage = [[sum(rate[e] * dem[e, d][k] for e in stream) for k in range(3)]
+        use_r = [sum(rate[e] * send[e][r] for e in stream) for r in range(r_n)]
+        if link_mode:  # a die's D2D usage: its busiest outgoing (single-hop) link
+            u_send = [max([use_r[lk] for lk in range(r_n) for x in range(d_n)
+                           if hops_tab[d, x] == 1 and inc[d, x, lk]], default=0.0)
+                      for d in range(d_n)]
+        else:
+            u_send = use_r
+        usage = [[sum(rate[e] * dem[e, d][k] for e in stream) for k in range(2)] + [u_send[d]]
                  for d in range(d_n)]
         # Rule 4: each die pre-loads the next pending expert with a share left on it
         adds = []
@@ -169,7 +199,7 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
         target = {}
         for d in range(d_n):
             cands = [e for e in range(e_n)
-                     if status[e] == PENDING and member[e][d] and left_e[e] > 0]
+                     if status[e] == PENDING and loader[e][d] and left_e[e] > 0]
             if cands:
                 target[d] = min(cands, key=lambda x: (unit[x], x))
         for d, e in target.items():

@@ -156,6 +156,8 @@ def _read_options(t):
         num_requests=t.int("num_requests", 4, lo=1),
         weight_buffer_bytes=t.float("weight_buffer_bytes", 0.0, positive=False),
         ctrl_overhead_s=t.float("ctrl_overhead_s", DEFAULT_CTRL_OVERHEAD_S, positive=False),
+        ddr_loading=t.str("ddr_loading", "trajectory", choices=("trajectory", "any")),
+        d2d=t.str("d2d", "sender", choices=("sender", "link")),
     )
     m = t.float("num_microslices", 8.0, lo=1.0)
     auto = t.bool("raise_microslices_to_fit", True)

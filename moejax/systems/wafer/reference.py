@@ -57,6 +57,51 @@ def phase(traffic: np.ndarray, topo) -> tuple[float, float, np.ndarray]:
     return float((loads / topo.link_Bps).max()), lat, loads
 
 
+def link_direction(rows: int, cols: int, link: int) -> int:
+    """0 E, 1 W, 2 S, 3 N of a directed mesh link index."""
+    nh, nv = rows * (cols - 1), (rows - 1) * cols
+    return 0 if link < nh else 1 if link < 2 * nh else 2 if link < 2 * nh + nv else 3
+
+
+def eq1_phase(traffic: np.ndarray, topo, ports: str = "link", m: int = 1) -> float:
+    """001 Eq. 1 seconds of one phase (per micro-batch of 1/m), by a loop over transfers.
+
+    Each transfer walks its XY links paying (V / bw_l + lat_l) per link; a die's transfers
+    queue on their first link's direction (out-port) and their last link's (in-port), or on
+    one port per die (ports = "device"); the phase lasts as long as the busiest port.
+    """
+    d = traffic.shape[0]
+    busy: dict = {}
+    for s in range(d):
+        for t in range(d):
+            if s == t or traffic[s, t] <= 0:
+                continue
+            links = xy_links(topo.rows, topo.cols, s, t)
+            cost = sum(traffic[s, t] / m / topo.link_Bps[k] + topo.link_latency_s[k]
+                       for k in links)
+            if ports == "link":
+                out = ("out", s, link_direction(topo.rows, topo.cols, links[0]))
+                inn = ("in", t, link_direction(topo.rows, topo.cols, links[-1]))
+            else:
+                out, inn = ("out", s), ("in", t)
+            busy[out] = busy.get(out, 0.0) + cost
+            busy[inn] = busy.get(inn, 0.0) + cost
+    return max(busy.values(), default=0.0)
+
+
+def ring_step(rings, chunk: float, d: int, bidirectional: bool) -> np.ndarray:
+    """Traffic [D, D] of one step of concurrent rings (half each way when bidirectional)."""
+    step = np.zeros((d, d))
+    for members in rings:
+        g = len(members)
+        for i in range(g):
+            nbrs = [(i + 1) % g, (i - 1) % g] if bidirectional else [(i + 1) % g]
+            for j in nbrs:
+                if members[i] != members[j]:
+                    step[members[i], members[j]] += chunk / len(nbrs)
+    return step
+
+
 def dispatch(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray):
     """Dispatch traffic [D, D] bytes by a loop over tokens and their experts."""
     m = cfg.mapping
@@ -130,20 +175,27 @@ def esp_dispatch(cfg, host, expert_ids, token_mask):
     return traffic, vol
 
 
-def esp_ring(cfg, vol: np.ndarray):
-    """(busy_s, latency_s, loads) of one ring collective (all-gather or reduce-scatter)."""
+def esp_step(cfg, vol: np.ndarray) -> np.ndarray:
+    """Traffic [D, D] of one ring step inside every EP group."""
     d, s = cfg.num_devices, cfg.expert_shards
     step = np.zeros((d, d))
     for x, members in enumerate(cfg.esp_groups):
         for i in range(s):
             a, b = members[i], members[(i + 1) % s]
             step[a, b] += vol[x] / s
-    b_s, l_s, ld = phase(step, cfg.topo)
+    return step
+
+
+def esp_ring(cfg, vol: np.ndarray):
+    """(busy_s, latency_s, loads) of one ring collective (all-gather or reduce-scatter)."""
+    s = cfg.expert_shards
+    b_s, l_s, ld = phase(esp_step(cfg, vol), cfg.topo)
     return (s - 1) * b_s, (s - 1) * l_s, (s - 1) * ld
 
 
-def allreduce(cfg, n_tokens: float):
-    """(busy_s, latency_s, loads) of the all-reduce by explicit ring steps."""
+def allreduce(cfg, n_tokens: float, mb: int = 1):
+    """(busy_s, latency_s, loads, Eq. 1 seconds per micro-batch of 1/mb) of the all-reduce
+    by explicit ring steps."""
     m = cfg.mapping
     d = cfg.num_devices
     vol = n_tokens / m.num_groups * cfg.model.token_bytes
@@ -155,19 +207,16 @@ def allreduce(cfg, n_tokens: float):
             rings.append(m.groups)
     if m.name == "her":
         rings.append(m.wafer_peers)
-    busy = lat = 0.0
+    busy = lat = e1 = 0.0
     loads = np.zeros(cfg.topo.num_links)
     for ring in rings:
-        step = np.zeros((d, d))
-        for members in ring:
-            for i in range(len(members)):
-                a, b = members[i], members[(i + 1) % len(members)]
-                if a != b:
-                    step[a, b] += vol / g
+        step = ring_step(ring, vol / g, d, cfg.bidirectional_rings)
         b_s, l_s, ld = phase(step, cfg.topo)
         steps = len(ring[0]) - 1
         busy, lat, loads = busy + steps * b_s, lat + steps * l_s, loads + steps * ld
-    return busy, lat, loads
+        if cfg.eq1:
+            e1 += steps * eq1_phase(step, cfg.topo, cfg.eq1_ports, mb)
+    return busy, lat, loads, e1
 
 
 def layer(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray) -> dict:
@@ -202,7 +251,7 @@ def layer(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray)
             mem = (tok > 0) * mdl.expert_weight_bytes / max(s, 1) / dev.memory_Bps
             dev_s[x] += max(comp, mem)
     t_exp = dev_s.max()
-    ab, al, aloads = allreduce(cfg, n_tokens)
+    ab, al, aloads, _ = allreduce(cfg, n_tokens)
     groups, g = cfg.mapping.groups.shape
     tok = n_tokens / groups
     ctx = cfg.context_len if cfg.context_len > 0 else tok / 2
@@ -216,13 +265,27 @@ def layer(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray)
         m_st = [db / m + dl, t_exp / m, cb / m + cl]
         if s:  # ESP: all-gather before and reduce-scatter after the expert slices
             m_st = [db / m + dl, eb / m + el, t_exp / m, eb / m + el, cb / m + cl]
+        if cfg.eq1:  # 001 Eq. 1 for every communication stage
+            p = cfg.eq1_ports
+            dm, cm = eq1_phase(traffic, cfg.topo, p, m), eq1_phase(traffic.T, cfg.topo, p, m)
+            a_st = [att / m, allreduce(cfg, n_tokens, m)[3]]
+            m_st = [dm, t_exp / m, cm]
+            if s:
+                em = (s - 1) * eq1_phase(esp_step(cfg, vol), cfg.topo, p, m)
+                m_st = [dm, em, t_exp / m, em, cm]
         total = sum(a_st) + (m - 1) * max(a_st) + sum(m_st) + (m - 1) * max(m_st)
         if best is None or total < best[0]:
             best = (total, m)
     hops = mp.mesh_hops(cfg.mapping.rows, cfg.mapping.cols)
+    a2a_s, ar_s, esp_s = db + dl + cb + cl, ab + al, 2 * (eb + el)
+    if cfg.eq1:
+        p = cfg.eq1_ports
+        a2a_s = eq1_phase(traffic, cfg.topo, p) + eq1_phase(traffic.T, cfg.topo, p)
+        ar_s = allreduce(cfg, n_tokens)[3]
+        esp_s = 2 * (s - 1) * eq1_phase(esp_step(cfg, vol), cfg.topo, p) if s else 0.0
     return {
-        "layer_s": best[0], "micro_batches": best[1], "all_to_all_s": db + dl + cb + cl,
-        "all_reduce_s": ab + al, "esp_reduce_s": 2 * (eb + el), "moe_compute_s": t_exp,
+        "layer_s": best[0], "micro_batches": best[1], "all_to_all_s": a2a_s,
+        "all_reduce_s": ar_s, "esp_reduce_s": esp_s, "moe_compute_s": t_exp,
         "attention_s": att,
         "avg_hops": (traffic * hops).sum() / max(traffic.sum(), 1e-30),
         "a2a_link_bytes": dloads + cloads, "ar_link_bytes": aloads, "esp_link_bytes": 2 * eloads,

@@ -40,7 +40,7 @@ from moejax.engine import System
 from moejax.errors import ConfigError
 from moejax.hardware import Platform
 from moejax.models import ModelSpec
-from moejax.physics import collectives, topology
+from moejax.physics import collectives, eq1, topology
 from moejax.physics.roofline import compute_time_s, memory_time_s
 from moejax.systems.wafer import balancer as bal
 from moejax.systems.wafer import mapping as mp
@@ -70,6 +70,12 @@ class WaferConfig:
     expert_shards: int = 0
     esp_groups: np.ndarray | None = None  # [X, S] EP groups, ring order
     esp_landing: np.ndarray | None = None  # [H, X, D] where holder set h's tokens enter group x
+    # network model of the all-to-all and ring collectives (mesh platforms): "link_load" =
+    # cut-through max link load (`physics.collectives`), "eq1" = 001 Eq. 1 store-and-forward
+    # per transfer, serialized per port (`physics.eq1`, ports "link" or "device")
+    network: str = "link_load"
+    eq1_ports: str = "link"
+    bidirectional_rings: bool = False  # 001 §IV-B2 "Packages are sent bi-directionally"
 
     @property
     def num_devices(self) -> int:
@@ -79,18 +85,34 @@ class WaferConfig:
     def num_holder_sets(self) -> int:
         return int(self.mapping.holders.shape[0])
 
+    @property
+    def eq1(self) -> bool:
+        """Eq. 1 mode in effect (mesh platforms only; switch fabrics keep the link loads)."""
+        return self.network == "eq1" and self.topo.kind in ("mesh2d", "multi_wafer_mesh")
+
+
+NETWORKS = ("link_load", "eq1")
+
 
 def make_config(platform: Platform, model: ModelSpec, *, mapping: str = "baseline",
                 tp_size: int = 4, retain_allgather: bool = True,
                 micro_batches: tuple[int, ...] = (1, 2, 4, 8), balancer: str = "none",
                 invasive: bool = True, shadow_slots: int = 0, history_decay: float = 0.8,
                 cold_fraction: float = 0.5, context_len: int = 0,
-                migration_free: bool = False, expert_shards: int = 0) -> WaferConfig:
+                migration_free: bool = False, expert_shards: int = 0,
+                network: str = "link_load", eq1_ports: str = "link",
+                bidirectional_rings: bool = False) -> WaferConfig:
     """Validated WaferConfig; topology, mapping and source split are built once here.
 
     expert_shards > 0 turns on ESP (001 §VI-B5): every expert is sliced over the devices of
     one EP group of that many devices (compact mesh tiles / contiguous GPU blocks).
+    network: "link_load" (cut-through) or "eq1" (001 Eq. 1, mesh platforms; on switch
+    fabrics the link loads are already per-port serialization and are kept).
     """
+    if network not in NETWORKS:
+        raise ConfigError(f"network = {network!r}; allowed: {', '.join(NETWORKS)}")
+    if eq1_ports not in eq1.PORTS:
+        raise ConfigError(f"eq1_ports = {eq1_ports!r}; allowed: {', '.join(eq1.PORTS)}")
     topo = topology.build(platform)
     spec = platform.topology
     if balancer not in bal.BALANCERS:
@@ -140,7 +162,9 @@ def make_config(platform: Platform, model: ModelSpec, *, mapping: str = "baselin
         esp = dict(esp_groups=groups, esp_landing=mp.esp_landing(m.holders, groups))
     return WaferConfig(platform, model, topo, m, split, tuple(int(x) for x in micro_batches),
                        balancer, invasive, shadow_slots, history_decay, cold_fraction,
-                       "int8", "fp16", context_len, migration_free, int(expert_shards), **esp)
+                       "int8", "fp16", context_len, migration_free, int(expert_shards), **esp,
+                       network=network, eq1_ports=eq1_ports,
+                       bidirectional_rings=bool(bidirectional_rings))
 
 
 @struct.dataclass
@@ -230,29 +254,33 @@ def allreduce_phases(cfg: WaferConfig, n_tokens):
     phases = []  # (steps, traffic of one step [D, D])
     g = m.groups.shape[1]
     if g > 1:
-        step = collectives.ring_step_traffic(m.groups, vol / g, d)
+        step = collectives.ring_step_traffic(m.groups, vol / g, d, cfg.bidirectional_rings)
         phases.append((g - 1, step))
         if m.name != "her" and m.retain_allgather:
             phases.append((g - 1, step))
     if m.name == "her":
         w = m.wafer_peers.shape[1]
-        step = collectives.ring_step_traffic(m.wafer_peers, vol / g, d)
+        step = collectives.ring_step_traffic(m.wafer_peers, vol / g, d,
+                                             cfg.bidirectional_rings)
         phases.append((w - 1, step))
     return phases
 
 
 @functools.lru_cache(maxsize=64)
 def allreduce_unit_phases(cfg: WaferConfig):
-    """Static [(steps, link bytes per token [Lk] of one step, latency_s of one step)]."""
+    """Static [(steps, link bytes per token [Lk] of one step, latency_s of one step,
+    Eq. 1 port parts per token (bw [Pt], latency [Pt]) of one step or None)]."""
     out = []
     with jax.ensure_compile_time_eval():  # static geometry, also when first called under jit
         phases = [(steps, np.asarray(step, np.float32))
                   for steps, step in allreduce_phases(cfg, 1.0)]
         loads_of = [np.asarray(cfg.topo.link_loads(jnp.asarray(st)), np.float64)
                     for _, st in phases]
-    for (steps, step), loads in zip(phases, loads_of, strict=True):
+        ports_of = [eq1.port_parts_np(st, eq1.tables(cfg.topo, cfg.eq1_ports)) if cfg.eq1
+                    else None for _, st in phases]
+    for (steps, step), loads, ports in zip(phases, loads_of, ports_of, strict=True):
         lat = float((cfg.topo.path_latency_s * (step * (1 - np.eye(len(step))) > 0)).max())
-        out.append((steps, loads, lat))
+        out.append((steps, loads, lat, ports))
     return tuple(out)
 
 
@@ -280,8 +308,10 @@ def esp_unit_steps(cfg: WaferConfig):
         steps = np.stack([np.asarray(collectives.ring_step_traffic(g[x:x + 1], 1.0, d))
                           for x in range(g.shape[0])])  # [X, D, D]
         loads = np.asarray(cfg.topo.link_loads(jnp.asarray(steps)), np.float64)
+        ports = eq1.port_parts_np(steps, eq1.tables(cfg.topo, cfg.eq1_ports)) if cfg.eq1 \
+            else None
     lat = (cfg.topo.path_latency_s[None] * (steps > 0)).max(axis=(1, 2))
-    return loads, lat
+    return loads, lat, ports
 
 
 def esp_served(cfg: WaferConfig, host):
@@ -312,15 +342,20 @@ def esp_ring(cfg: WaferConfig, vol, tau_s):
     expert slices and a ring reduce-scatter of the partial sums back to the landing devices
     after them: together the volume of one all-reduce inside the EP group ("all-reduce
     operations to aggregate partial sums within EP groups"), (S - 1) steps each of V_x / S
-    per member. Returns (link bytes [Lk], busy_s, latency_s) of one of the two collectives.
+    per member. Returns (link bytes [Lk], busy_s, latency_s, Eq. 1 port parts of one step
+    (bw [Pt], latency [Pt]) or None) of one of the two collectives.
     """
     s = cfg.expert_shards
-    unit, lat = esp_unit_steps(cfg)
+    unit, lat, ports = esp_unit_steps(cfg)
     loads = (vol / s) @ jnp.asarray(unit, jnp.float32)  # one ring step [Lk]
     bw = jnp.asarray(cfg.topo.link_Bps, jnp.float32)
     busy = (s - 1) * relax.max(loads / bw, tau_s, axis=-1)
     ring_lat = (s - 1) * jnp.max((vol > 0) * jnp.asarray(lat, jnp.float32))
-    return loads * (s - 1), busy, ring_lat
+    pp = None
+    if ports is not None:  # groups are disjoint tiles: their ports never coincide
+        pp = ((vol / s) @ jnp.asarray(ports[0], jnp.float32),
+              (vol > 0).astype(jnp.float32) @ jnp.asarray(ports[1], jnp.float32))
+    return loads * (s - 1), busy, ring_lat, pp
 
 
 # --- all-to-all through static unit tables -------------------------------------------------
@@ -345,6 +380,13 @@ class UnitTables:
     hops: np.ndarray  # [U] sum of T_u * hops
     remote: np.ndarray  # [U] off-diagonal sum of T_u
     total: np.ndarray  # [U] sum of T_u
+    # Eq. 1 (`physics.eq1.port_parts`) per unit, dispatch d_ / combine c_, [U, Pt]; exact as
+    # bw = v @ pbw, latency = [v > 0] @ plat because the units' supports are disjoint
+    # (checked when built; None when not in Eq. 1 mode)
+    d_pbw: np.ndarray | None = None
+    d_plat: np.ndarray | None = None
+    c_pbw: np.ndarray | None = None
+    c_plat: np.ndarray | None = None
 
 
 def _unit_weights(cfg: WaferConfig, counts_only: bool) -> np.ndarray:
@@ -376,26 +418,40 @@ def unit_tables(cfg: WaferConfig, counts_only: bool) -> UnitTables | None:
     h, d, lk = cfg.num_holder_sets, cfg.num_devices, cfg.topo.num_links
     n = {True: (cfg.esp_groups.shape[0] if cfg.expert_shards else d),
          False: h * (cfg.esp_groups.shape[0] if cfg.expert_shards else d)}[counts_only]
-    if n * max(lk, h * d) > UNIT_TABLE_MAX:
+    pt = eq1.tables(cfg.topo, cfg.eq1_ports).num_ports if cfg.eq1 else 0
+    if n * max(lk, h * d, 2 * pt) > UNIT_TABLE_MAX:
         return None
     w = _unit_weights(cfg, counts_only)
     split = cfg.source_split.astype(np.float64)
     off = 1.0 - np.eye(d)
     plat = cfg.topo.path_latency_s
-    parts = {k: [] for k in ("d_loads", "c_loads", "d_lat", "c_lat", "hops", "remote", "total")}
-    step = max(1, (1 << 22) // (d * d))
+    keys = ("d_loads", "c_loads", "d_lat", "c_lat", "hops", "remote", "total")
+    if cfg.eq1:
+        keys += ("d_pbw", "d_plat", "c_pbw", "c_plat")
+        support = np.zeros((d, d))
+    parts = {k: [] for k in keys}
+    step = max(1, (1 << 22) // (d * d * max(1, pt // d)))
     for a in range(0, n, step):
         t = np.einsum("uhd,hds->usd", w[a:a + step], split)  # [u, D(src), D(dst)]
         with jax.ensure_compile_time_eval():  # static geometry, also when called under jit
             parts["d_loads"].append(np.asarray(cfg.topo.link_loads(jnp.asarray(t))))
             parts["c_loads"].append(np.asarray(cfg.topo.link_loads(
                 jnp.asarray(t.transpose(0, 2, 1)))))
+        if cfg.eq1:  # host NumPy: static geometry
+            tab = eq1.tables(cfg.topo, cfg.eq1_ports)
+            for k, tt in (("d", t), ("c", t.transpose(0, 2, 1))):
+                pb, pl = eq1.port_parts_np(tt, tab)
+                parts[f"{k}_pbw"].append(pb)
+                parts[f"{k}_plat"].append(pl)
+            support += (t * off > 0).sum(0)
         used = t * off > 0
         parts["d_lat"].append((used * plat).max(axis=(1, 2)))
         parts["c_lat"].append((used.transpose(0, 2, 1) * plat).max(axis=(1, 2)))
         parts["hops"].append((t * cfg.topo.hops).sum(axis=(1, 2)))
         parts["remote"].append((t * off).sum(axis=(1, 2)))
         parts["total"].append(t.sum(axis=(1, 2)))
+    if cfg.eq1 and support.max() > 1:  # overlapping units: the latency indicator is not linear
+        return None
     return UnitTables(**{k: np.concatenate(v).astype(np.float32) for k, v in parts.items()})
 
 
@@ -428,6 +484,9 @@ def all_to_all_parts(cfg: WaferConfig, host, expert_ids, token_mask, counts, tau
         hops = (disp * jnp.asarray(topo.hops, jnp.float32)).sum() / jnp.maximum(disp.sum(),
                                                                                 1e-30)
         remote = (disp * (1.0 - jnp.eye(cfg.num_devices))).sum() * 2.0
+        if cfg.eq1:
+            tab = eq1.tables(topo, cfg.eq1_ports)
+            d_ports, c_ports = eq1.port_parts(disp, tab), eq1.port_parts(disp.T, tab)
     else:
         v = (counts * scale) @ mix if counts_only else ((pairs * scale) @ mix).reshape(-1)
         bw = jnp.asarray(topo.link_Bps, jnp.float32)
@@ -439,9 +498,15 @@ def all_to_all_parts(cfg: WaferConfig, host, expert_ids, token_mask, counts, tau
         c_lat = jnp.max((v > 0) * jnp.asarray(tabs.c_lat))
         hops = (v @ jnp.asarray(tabs.hops)) / jnp.maximum(v @ jnp.asarray(tabs.total), 1e-30)
         remote = (v @ jnp.asarray(tabs.remote)) * tb * 2.0
+        if cfg.eq1:
+            on = (v > 0).astype(jnp.float32)
+            d_ports = ((v @ jnp.asarray(tabs.d_pbw)) * tb, on @ jnp.asarray(tabs.d_plat))
+            c_ports = ((v @ jnp.asarray(tabs.c_pbw)) * tb, on @ jnp.asarray(tabs.c_plat))
+    if not cfg.eq1:
+        d_ports = c_ports = None
     return served, dict(d_busy=d_busy, d_lat=d_lat, d_loads=d_loads, c_busy=c_busy,
                         c_lat=c_lat, c_loads=c_loads, avg_hops=hops, remote_bytes=remote,
-                        vol=vol)
+                        vol=vol, d_ports=d_ports, c_ports=c_ports)
 
 
 def phase_parts(traffic, topo, tau=0.0):
@@ -462,6 +527,21 @@ def pipeline_s(stages_busy, stages_lat, m, tau=0.0):
     """
     st = jnp.stack([b / m + lat for b, lat in zip(stages_busy, stages_lat, strict=True)])
     return st.sum(0) + (m - 1) * relax.max(st, tau, axis=0)
+
+
+def stage_s(busy, lat, ports, mb, tau=0.0):
+    """[M] seconds per micro-batch of one communication stage for each count in mb [M, 1]:
+    cut-through busy / m + latency, or Eq. 1 (ports = (bw [Pt], latency [Pt])) the busiest
+    port with 1/m of every transfer."""
+    if ports is None:
+        return (busy / mb + lat)[:, 0]
+    return eq1.time_s(ports[0][None, :], ports[1][None, :], mb, tau)
+
+
+def pipeline_stages_s(stages, tau=0.0):
+    """`pipeline_s` from per-micro-batch stage times [S, M] (m from the stage times)."""
+    st = jnp.stack(stages)
+    return st.sum(0), relax.max(st, tau, axis=0)
 
 
 # --- compute -------------------------------------------------------------------------------
@@ -543,8 +623,9 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
     served, a2a = all_to_all_parts(cfg, host, expert_ids, token_mask, counts, tau_s)
     d_busy, d_lat, d_loads = a2a["d_busy"], a2a["d_lat"], a2a["d_loads"]
     c_busy, c_lat, c_loads = a2a["c_busy"], a2a["c_lat"], a2a["c_loads"]
+    esp_ports = None
     if cfg.expert_shards:  # 001 §VI-B5
-        esp_loads, esp_busy, esp_lat = esp_ring(cfg, a2a["vol"], tau_s)
+        esp_loads, esp_busy, esp_lat, esp_ports = esp_ring(cfg, a2a["vol"], tau_s)
         tokens_ed = counts[:, None] * served
         t_dev, c_dev = expert_device_s(cfg, tokens_ed, tau_s, params.tau)
         dev_tokens = tokens_ed.sum(0)
@@ -556,23 +637,51 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
     ar_lat = jnp.float32(0.0)
     ar_loads = jnp.zeros(topo.num_links)
     bw = jnp.asarray(topo.link_Bps, jnp.float32)
-    for steps, unit_loads, lat in allreduce_unit_phases(cfg):  # loads are linear in n_tokens
-        loads = n_tokens * jnp.asarray(unit_loads, jnp.float32)
-        b = relax.max(loads / bw, tau_s, axis=-1) * (n_tokens > 0)
-        ar_busy, ar_lat = ar_busy + steps * b, ar_lat + steps * lat * (n_tokens > 0)
-        ar_loads = ar_loads + steps * loads
-    att = attention_s(cfg, n_tokens, tau_s)
     mb = jnp.asarray(cfg.micro_batches, jnp.float32)[:, None]
-    att_phase = pipeline_s([att, ar_busy], [0.0, ar_lat], mb, tau_s)[:, 0]
+    on = (n_tokens > 0).astype(jnp.float32)
+    ar_stage = jnp.zeros(mb.shape[0])
+    for steps, unit_loads, lat, ports in allreduce_unit_phases(cfg):  # linear in n_tokens
+        loads = n_tokens * jnp.asarray(unit_loads, jnp.float32)
+        b = relax.max(loads / bw, tau_s, axis=-1) * on
+        ar_busy, ar_lat = ar_busy + steps * b, ar_lat + steps * lat * on
+        ar_loads = ar_loads + steps * loads
+        if ports is not None:  # 001 Eq. 1: each ring step is one phase of transfers
+            pp = (n_tokens * jnp.asarray(ports[0], jnp.float32),
+                  on * jnp.asarray(ports[1], jnp.float32))
+            ar_stage = ar_stage + steps * stage_s(0.0, 0.0, pp, mb, tau_s)
+    if not cfg.eq1:
+        ar_stage = stage_s(ar_busy, ar_lat, None, mb)
+    att = attention_s(cfg, n_tokens, tau_s)
+    att_sum, att_max = pipeline_stages_s([att / mb[:, 0], ar_stage], tau_s)
+    att_phase = att_sum + (mb[:, 0] - 1) * att_max
+    d_stage = stage_s(d_busy, d_lat, a2a["d_ports"], mb, tau_s)
+    c_stage = stage_s(c_busy, c_lat, a2a["c_ports"], mb, tau_s)
     if cfg.expert_shards:  # dispatch, all-gather, expert slices, reduce-scatter, combine
-        moe_phase = pipeline_s([d_busy, esp_busy, t_exp, esp_busy, c_busy],
-                               [d_lat, esp_lat, 0.0, esp_lat, c_lat], mb, tau_s)[:, 0]
-        esp_s = 2.0 * (esp_busy + esp_lat)
+        e_stage = esp_busy / mb[:, 0] + esp_lat if esp_ports is None else (
+            (cfg.expert_shards - 1) * stage_s(0.0, 0.0, esp_ports, mb, tau_s))
+        stages = [d_stage, e_stage, t_exp / mb[:, 0], e_stage, c_stage]
+        esp_s = 2.0 * (esp_busy + esp_lat) if esp_ports is None else 2.0 * (
+            cfg.expert_shards - 1) * eq1.time_s(*esp_ports, 1.0, tau_s)
         esp_bytes = 2.0 * esp_loads
     else:
-        moe_phase = pipeline_s([d_busy, t_exp, c_busy], [d_lat, 0.0, c_lat], mb, tau_s)[:, 0]
+        stages = [d_stage, t_exp / mb[:, 0], c_stage]
         esp_s = jnp.float32(0.0)
         esp_bytes = jnp.zeros(topo.num_links)
+    moe_sum, moe_max = pipeline_stages_s(stages, tau_s)
+    moe_phase = moe_sum + (mb[:, 0] - 1) * moe_max
+    if cfg.eq1:  # one pass (m = 1) of each collective, reported like the link-load mode
+        d_all = eq1.time_s(*a2a["d_ports"], 1.0, tau_s)
+        c_all = eq1.time_s(*a2a["c_ports"], 1.0, tau_s)
+        ar_all = jnp.float32(0.0)
+        for steps, _, _, ports in allreduce_unit_phases(cfg):
+            ar_all = ar_all + steps * eq1.time_s(n_tokens * jnp.asarray(ports[0], jnp.float32),
+                                                 on * jnp.asarray(ports[1], jnp.float32),
+                                                 1.0, tau_s)
+        a2a_s, disp_s, ar_s, a2a_busy, ar_busy_s = d_all + c_all, d_all, ar_all, \
+            d_all + c_all, ar_all
+    else:
+        a2a_s, disp_s, ar_s = d_busy + d_lat + c_busy + c_lat, d_busy + d_lat, ar_busy + ar_lat
+        a2a_busy, ar_busy_s = d_busy + c_busy, ar_busy
     total = att_phase + moe_phase
     best = relax.argmin_onehot(total, tau_s)
     return {
@@ -580,9 +689,9 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
         "attention_phase_s": (best * att_phase).sum(),
         "moe_phase_s": (best * moe_phase).sum(),
         "micro_batches": (best * mb[:, 0]).sum(),
-        "all_to_all_s": d_busy + d_lat + c_busy + c_lat,
-        "dispatch_s": d_busy + d_lat,
-        "all_reduce_s": ar_busy + ar_lat,
+        "all_to_all_s": a2a_s,
+        "dispatch_s": disp_s,
+        "all_reduce_s": ar_s,
         "esp_reduce_s": esp_s,
         "esp_link_bytes": esp_bytes,
         "attention_s": att,
@@ -591,8 +700,8 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
         "remote_bytes": a2a["remote_bytes"],
         "a2a_link_bytes": d_loads + c_loads,
         "ar_link_bytes": ar_loads,
-        "a2a_busy_s": d_busy + c_busy,
-        "ar_busy_s": ar_busy,
+        "a2a_busy_s": a2a_busy,
+        "ar_busy_s": ar_busy_s,
         "device_tokens": dev_tokens,
         "device_busy_s": t_dev,
         "device_compute_s": c_dev,
@@ -781,7 +890,7 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         )
         per_iter = {"max_over_mean": ratio.mean(), "migrations": copies.sum() * layer_scale,
                     "migration_s": mig_s, "forward_s": forward,
-                    "device_load": dev_load.mean(0)}
+                    "device_load": dev_load.mean(0), "moe_throughput": moe_tp}
         return new, per_iter
 
     def finish(params: WaferParams, state: WaferState, outs):
@@ -819,6 +928,9 @@ def _read_options(t) -> tuple[dict, dict]:
         cold_fraction=t.float("cold_fraction", 0.5, hi=1.0),
         context_len=t.int("context_len", 0, lo=0),
         expert_shards=t.int("expert_shards", 0, lo=0),  # ESP, 001 §VI-B5 (0 = off)
+        network=t.str("network", "link_load", choices=NETWORKS),  # 001 Eq. 1 or cut-through
+        eq1_ports=t.str("eq1_ports", "link", choices=eq1.PORTS),
+        bidirectional_rings=t.bool("bidirectional_rings", False),  # 001 §IV-B2
     )
     mbs = t._get("micro_batches", [1, 2, 4, 8], False)
     if not (isinstance(mbs, list) and mbs and all(isinstance(x, int) and not isinstance(x, bool)
