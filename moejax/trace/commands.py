@@ -25,6 +25,17 @@ def add_import_parser(tsub, positive_int) -> None:
                    "(default: one iteration per sequence)")
     p.add_argument("--keep-last-token", action="store_true",
                    help="esft: keep each sequence's last token (a logging artifact)")
+    p.add_argument("--field", action="append", metavar="OURS=THEIRS", default=None,
+                   help="jsonl: read field OURS (layer, experts, weights, step, request(s), "
+                   "token) from the recorder's key THEIRS, a dotted path for nested objects; "
+                   "repeatable, e.g. --field layer=layer_idx --field experts=topk.ids")
+    p.add_argument("--ignore-unknown-fields", action="store_true",
+                   help="jsonl: drop fields moejax does not read (dataset names, token text) "
+                   "instead of refusing the record")
+    p.add_argument("--truncate-to-common", action="store_true",
+                   help="jsonl: when the layers of a step hold different token counts (a "
+                   "recorder that drops records), keep each layer's first n tokens, n = the "
+                   "step's smallest layer, and report how many were dropped")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(trace_fn=run_import)
 
@@ -48,7 +59,7 @@ def add_fit_parser(tsub) -> None:
 
 def run_import(args) -> int:
     from moejax.trace import io as trace_io
-    from moejax.trace.importers import import_trace
+    from moejax.trace.importers import import_trace, parse_field_map
 
     opts = {}
     if args.format == "esft":
@@ -56,13 +67,27 @@ def run_import(args) -> int:
                 "drop_last_token": not args.keep_last_token}
     elif args.tokens_per_iteration or args.keep_last_token:
         raise ConfigError("--tokens-per-iteration / --keep-last-token: esft format only")
+    jsonl_opts = {"fields": parse_field_map(args.field),
+                  "ignore_unknown": args.ignore_unknown_fields,
+                  "ragged": "truncate" if args.truncate_to_common else "error"}
+    if args.format == "jsonl":
+        opts = jsonl_opts
+    elif args.field or args.ignore_unknown_fields or args.truncate_to_common:
+        raise ConfigError("--field / --ignore-unknown-fields / --truncate-to-common: jsonl "
+                          "format only")
     tr, meta = import_trace(args.format, args.src, num_experts=args.experts, top_k=args.top_k,
                             progress=not args.quiet, **opts)
     trace_io.save(args.out, tr, meta)
     kind = "token-level" if tr.has_tokens else "counts-only"
     print(f"wrote {args.out}: {tr.num_iterations} iterations x {tr.num_layers} layers, "
           f"E={tr.num_experts}, top_k={tr.top_k}, {kind}")
+    if meta.get("ragged") == "truncate":
+        total = meta["tokens"] * tr.num_layers + meta["dropped_tokens"]
+        print(f"--truncate-to-common: dropped {meta['dropped_tokens']} of {total} token "
+              f"records ({meta['dropped_tokens'] / max(total, 1):.2%}) and "
+              f"{meta['dropped_steps']} steps with no token common to every layer")
     return 0
+
 
 
 def run_fit(args) -> int:
