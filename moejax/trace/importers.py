@@ -23,7 +23,9 @@ Formats (see `docs/traces.md` for examples):
              [1, 2]], "weights": [[...], [...]], "step": 3, "requests": [7, 8]}`. `weights`,
              `step` (default 0) and `request(s)` (default -1) are optional. Steps become
              iterations (in increasing order); within a step and layer, tokens keep the order
-             of their records, and every layer of a step must hold the same token count.
+             of their records, and every layer of a step must hold the same token count
+             (or `ragged="truncate"`). `fields` maps these names to a recorder's own keys;
+             `ignore_unknown` drops the recorder's other fields.
 `counts-csv` a header `layer,0,1,...,E-1` (or `iteration,layer,0,...`), then one row per
              (iteration, layer) of token counts per expert; every pair exactly once.
 """
