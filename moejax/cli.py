@@ -32,6 +32,9 @@ def _simulate(args) -> int:
     m = setup.model
     key = jax.random.key(args.seed)
     if args.trace:
+        from moejax.trace.commands import check_recording_args
+
+        check_recording_args(args, _DefaultInt)
         traces, meta = trace_io.load(args.trace)
         if not traces.batch_shape:
             traces = jax.tree_util.tree_map(lambda x: x[None], traces)
@@ -61,8 +64,10 @@ def _simulate(args) -> int:
         "model": m.name,
         "policy": setup.policy.name,
         "system": setup.policy.system,
-        "tokens": int(args.tokens) if not args.trace else None,
+        "tokens": int(args.tokens) if not args.trace else float(
+            np.mean(np.asarray(traces.tokens_per_iteration()))),
         "traces": n,
+        "iterations": int(traces.num_iterations),
         "trace_source": source,
         "latency_s": engine.percentile_summary(out["latency_s"]),
         "forward_s": engine.percentile_summary(out["forward_s"]),
@@ -90,7 +95,10 @@ def _print_summary(s: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{s['policy']} on {s['hardware']}, {s['model']}, {s['traces']} traces")
+    shape = f"{s['traces']} trace{'s' if s['traces'] != 1 else ''}"
+    if s.get("iterations", 1) > 1:
+        shape += f" x {s['iterations']} iterations"
+    t = Table(title=f"{s['policy']} on {s['hardware']}, {s['model']}, {shape}")
     t.add_column("metric")
     for c in ("mean", "p50", "p99"):
         t.add_column(c, justify="right")
@@ -159,7 +167,7 @@ def _catalog(args) -> int:
 def _trace(args) -> int:
     import jax
 
-    from moejax.trace import gen, summary
+    from moejax.trace import gen
     from moejax.trace import io as trace_io
 
     if args.trace_cmd == "gen":
@@ -173,12 +181,9 @@ def _trace(args) -> int:
         return 0
     if args.trace_cmd in ("import", "fit"):
         return args.trace_fn(args)
-    tr, meta = trace_io.load(args.file)
-    print(summary.format_summary(summary.summarize(tr)))
-    from moejax.trace.commands import inspect_extra
+    from moejax.trace.commands import run_inspect
 
-    inspect_extra(tr, meta, args.plot, args.json)
-    return 0
+    return run_inspect(args)
 
 
 def _brief(value, depth: int = 0, width: int = 6) -> str:
@@ -236,9 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--hardware", default="chiplet-2x2", help="platform name or TOML path")
     s.add_argument("--model", default="qwen3-30b-a3b")
     s.add_argument("--policy", default="ep", help="policy name or TOML path")
-    s.add_argument("--tokens", type=_positive_int, default=256, help="tokens per iteration")
-    s.add_argument("--traces", type=_positive_int, default=1024)
-    s.add_argument("--iterations", type=_positive_int, default=1)
+    s.add_argument("--tokens", type=_positive_int, default=_DefaultInt(256),
+                   help="tokens per iteration")
+    s.add_argument("--traces", type=_positive_int, default=_DefaultInt(1024))
+    s.add_argument("--iterations", type=_positive_int, default=_DefaultInt(1))
     s.add_argument("--layers", type=_positive_int, default=1,
                    help="MoE layers per trace (a sample of the model's layers)")
     src = s.add_mutually_exclusive_group()
@@ -298,6 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_export_parser(sub, _positive_int)
     return p
+
+
+class _DefaultInt(int):
+    """An option's default value, told apart from the same value given on the command line
+    (`simulate --trace` refuses --tokens / --traces / --iterations given explicitly)."""
 
 
 def _positive_int(s: str) -> int:

@@ -117,25 +117,67 @@ def run_fit(args) -> int:
     return 0
 
 
-def inspect_extra(tr, meta: dict, plot_path: str | None, as_json: str | None) -> None:
-    """Print activated experts, cross-layer affinity, temporal locality; write a plot."""
+def run_inspect(args) -> int:
+    """`moejax trace inspect FILE [--plot PNG] [--json JSON]`."""
+    from moejax.trace import io as trace_io
+    from moejax.trace import summary
+
+    for opt in ("plot", "json"):
+        out = getattr(args, opt)
+        if out and Path(out).is_dir():
+            raise ConfigError(f"--{opt}: {out} is a folder; give a file name")
+    tr, meta = trace_io.load(args.file)
+    s = summary.summarize(tr)
+    print(summary.format_summary(s))
+    inspect_extra(tr, meta, args.plot, args.json, s)
+    return 0
+
+
+def inspect_extra(tr, meta: dict, plot_path: str | None, as_json: str | None,
+                  summary_dict: dict | None = None) -> None:
+    """Print activated experts, cross-layer affinity, temporal locality; write a plot and
+    JSON (the analysis, plus the printed summary under "summary").
+
+    A batch of traces is summarized over all its traces; the token-level analyses (which
+    follow one recording's token order) are of its first trace, and say so.
+    """
     from moejax.trace import analysis
 
+    if tr.batch_shape == (1,):
+        tr = tr[0]
+    first = tr[0] if tr.batch_shape else tr
     if tr.batch_shape:
-        tr = tr[0] if tr.batch_shape == (1,) else tr
-    a = analysis.analyze(tr, meta) if not tr.batch_shape else None
-    if a is not None:
-        print(analysis.format_analysis(a))
-    if as_json and a is not None:
+        print(f"\nanalysis of trace 0 of {tr.batch_shape[0]} (activated-expert curve, "
+              "affinity and locality follow one trace's token order):")
+    a = analysis.analyze(first, meta)
+    print(analysis.format_analysis(a))
+    if as_json:
         from moejax.results import atomic_write_json
 
-        atomic_write_json(Path(as_json), a)
+        doc = dict(a)
+        if tr.batch_shape:
+            doc = {"analysis_of_trace": 0, **doc}
+        if summary_dict is not None:
+            doc["summary"] = summary_dict
+        atomic_write_json(Path(as_json), doc)
+        print(f"wrote {as_json}")
     if plot_path:
-        if a is None:
-            raise ConfigError("--plot: plots a single recording, not a batch of traces")
         title = meta.get("path", "") if isinstance(meta, dict) else ""
-        analysis.plot(tr, plot_path, meta, title=title)
+        if tr.batch_shape:
+            title = f"{title} trace 0 of {tr.batch_shape[0]}".strip()
+        analysis.plot(first, plot_path, meta, title=title)
         print(f"wrote {plot_path}")
+
+
+def check_recording_args(args, default_type) -> None:
+    """`simulate --trace FILE` takes the recording's own shape: --tokens, --traces and
+    --iterations given on the command line would be ignored, so they are refused."""
+    given = [f"--{name}" for name in ("tokens", "traces", "iterations")
+             if not isinstance(getattr(args, name, None), default_type)]
+    if given:
+        raise ConfigError(f"{' / '.join(given)}: --trace {args.trace} simulates the recording "
+                          "as recorded (its own traces, iterations and tokens per iteration); "
+                          "drop them, or re-import with --tokens-per-iteration (esft)")
 
 
 def fitted_spec_or_none(text: str):
