@@ -179,7 +179,7 @@ def _trace(args) -> int:
         print(f"wrote {args.out}: {args.traces} traces x {args.iterations} iterations x "
               f"{args.layers} layers x {args.tokens} tokens, E={args.experts}, k={args.top_k}")
         return 0
-    if args.trace_cmd in ("import", "fit"):
+    if args.trace_cmd in ("import", "fit", "compare"):
         return args.trace_fn(args)
     from moejax.trace.commands import run_inspect
 
@@ -295,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_import_parser(tsub, _positive_int)
     add_fit_parser(tsub)
+    from moejax.trace.compare import add_compare_parser
+
+    add_compare_parser(tsub)
     t.set_defaults(fn=_trace)
 
     from moejax.tune.cli import add_tune_parser
