@@ -55,7 +55,7 @@ def test_readme_blocks_are_marked_or_runnable():
     langs = {lang for _, lang, _, _ in README}
     assert langs <= {"bash", "python"}, langs
     setup = [code for mark, _, code, _ in README if mark == "setup"]
-    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1].replace(" -q ", " ")
     assert ci in [c.strip() for c in setup], "README's test command differs from .ci/run"
     for mark, lang, code, line in README:
         if lang == "bash" and mark != "setup":
