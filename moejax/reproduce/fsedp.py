@@ -336,30 +336,7 @@ def fig16(out: Path, grid: Grid, tick, model_name: str = "qwen3-30b-a3b",
             "utilization": util.tolist(), "latency_s": lat.tolist(),
             "unfinished": np.asarray(r["unfinished_layers"]).sum(-1).tolist()}
     _csv(out / "fig16_design_space.csv", rows)
-    fig, axes = plotting.figure(1, 2, width=5.0, height=4.0)
-    lo, hi = plotting.color_limits(rows["utilization"])  # the colour scale fits the data
-    for ax, panel, (xk, yk) in zip(axes[0], "ab", (("ddr_gbps", "buffer_mb"),
-                                                   ("ddr_gbps", "d2d_gbps")), strict=True):
-        idx = [i for i, p in enumerate(rows["panel"]) if p == panel]
-        xs = sorted({rows[xk][i] for i in idx})
-        ys = sorted({rows[yk][i] for i in idx})
-        z = np.full((len(ys), len(xs)), np.nan)
-        for i in idx:
-            z[ys.index(rows[yk][i]), xs.index(rows[xk][i])] = rows["utilization"][i]
-        im = ax.imshow(z, origin="lower", aspect="auto", vmin=lo, vmax=hi, cmap="viridis")
-        ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs], fontsize=7)
-        ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys], fontsize=7)
-        ax.set_xlabel("DDR bandwidth per die (GB/s)")
-        ax.set_ylabel("weight buffer per die (MB)" if panel == "a" else "D2D link (GB/s)")
-        for (yy, xx), v in np.ndenumerate(z):
-            ax.text(xx, yy, f"{v:.3f}", ha="center", va="center", fontsize=6,
-                    color="w" if v < (lo + hi) / 2 else "k")
-        ax.set_title(f"({panel}) " + ("D2D 288 GB/s" if panel == "a" else "buffer 14 MB"),
-                     fontsize=9)
-    fig.colorbar(im, ax=axes[0].tolist(), label="compute utilization (fraction of peak)")
-    fig.suptitle(f"000 Fig. 16: DSE, {model_name}, {tokens} tokens (one vmapped sweep)",
-                 fontsize=9)
-    plotting.save(fig, out / "fig16_design_space.png", dpi=90)
+    plot_fig16(out, rows, model_name, tokens)
     tick("Fig. 16 design space")
     return rows
 
@@ -386,20 +363,7 @@ def fig17(out: Path, grid: Grid, tick, tokens: int = 256) -> dict:
             rows["latency_s"].append(float(v))
         tick(f"Fig. 17 {mname}")
     _csv(out / "fig17_microslices.csv", rows)
-    fig, axes = plotting.figure(1, 2, width=5.0, height=3.8)
-    for ax, mname in zip(axes[0], ("phi-3.5-moe", "qwen3-30b-a3b"), strict=True):
-        idx = [i for i, v in enumerate(rows["model"]) if v == mname]
-        for b in sorted({rows["buffer_mb"][i] for i in idx}):
-            j = [i for i in idx if rows["buffer_mb"][i] == b]
-            ax.plot([rows["num_microslices"][i] for i in j], [rows["latency_s"][i] for i in j],
-                    marker="o", label=f"weight buffer {b:g} MB per die")
-        plotting.log_axis(ax, "x", base=2)
-        ax.set_xlabel("micro-slices per expert")
-        plotting.time_axis(ax, "y", "ms", "MoE layer latency")
-        ax.set_title(mname, fontsize=9)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"000 Fig. 17: granularity sensitivity, {tokens} tokens", fontsize=9)
-    plotting.save(fig, out / "fig17_microslices.png", dpi=90)
+    plot_fig17(out, rows, tokens)
     return rows
 
 
@@ -445,17 +409,7 @@ def fig18(out: Path, grid: Grid, tick, model_name: str = "qwen3-30b-a3b",
             rows["latency_s"].append(float(np.mean(r["latency_s"])))
         tick(f"Fig. 18 {plat}")
     _csv(out / "fig18_scaling.csv", rows)
-    fig, axes = plotting.figure(width=7.0, height=4.0)
-    ax = axes[0, 0]
-    for name in ("EP", "Hydra", "FSE-DP+paired"):
-        j = [i for i, s in enumerate(rows["system"]) if s == name]
-        ax.plot([rows["platform"][i] for i in j], [rows["utilization"][i] for i in j],
-                marker="o", label=SYSTEM_LABELS.get(name, name))
-    ax.set_ylabel("compute utilization (fraction of peak)")
-    ax.set_xlabel("platform (chiplets)")
-    ax.set_title(f"000 Fig. 18: scalability, {model_name}, {tokens} tokens", fontsize=9)
-    ax.legend(fontsize=7)
-    plotting.save(fig, out / "fig18_scaling.png", dpi=90)
+    plot_fig18(out, rows, model_name, tokens)
     return rows
 
 
@@ -608,3 +562,64 @@ def _plot_bars(path, labels, values, ylabel, title):
         fig.legend(handles, names, loc="outside lower left", fontsize=7, handlelength=0,
                    handletextpad=0, frameon=False)
     plotting.save(fig, path, dpi=90)
+
+
+def plot_fig16(out: Path, rows: dict, model_name: str, tokens: int) -> None:
+    """Fig. 16 heatmaps from its rows (also from fig16_design_space.csv)."""
+    fig, axes = plotting.figure(1, 2, width=5.0, height=4.0)
+    lo, hi = plotting.color_limits(rows["utilization"])  # the colour scale fits the data
+    for ax, panel, (xk, yk) in zip(axes[0], "ab", (("ddr_gbps", "buffer_mb"),
+                                                   ("ddr_gbps", "d2d_gbps")), strict=True):
+        idx = [i for i, p in enumerate(rows["panel"]) if p == panel]
+        xs = sorted({rows[xk][i] for i in idx})
+        ys = sorted({rows[yk][i] for i in idx})
+        z = np.full((len(ys), len(xs)), np.nan)
+        for i in idx:
+            z[ys.index(rows[yk][i]), xs.index(rows[xk][i])] = rows["utilization"][i]
+        im = ax.imshow(z, origin="lower", aspect="auto", vmin=lo, vmax=hi, cmap="viridis")
+        ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs], fontsize=7)
+        ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys], fontsize=7)
+        ax.set_xlabel("DDR bandwidth per die (GB/s)")
+        ax.set_ylabel("weight buffer per die (MB)" if panel == "a" else "D2D link (GB/s)")
+        for (yy, xx), v in np.ndenumerate(z):
+            ax.text(xx, yy, f"{v:.3f}", ha="center", va="center", fontsize=6,
+                    color="w" if v < (lo + hi) / 2 else "k")
+        ax.set_title(f"({panel}) " + ("D2D 288 GB/s" if panel == "a" else "buffer 14 MB"),
+                     fontsize=9)
+    fig.colorbar(im, ax=axes[0].tolist(), label="compute utilization (fraction of peak)")
+    fig.suptitle(f"000 Fig. 16: DSE, {model_name}, {tokens} tokens (one vmapped sweep)",
+                 fontsize=9)
+    plotting.save(fig, out / "fig16_design_space.png", dpi=90)
+
+
+def plot_fig17(out: Path, rows: dict, tokens: int) -> None:
+    """Fig. 17 curves from its rows (also from fig17_microslices.csv)."""
+    fig, axes = plotting.figure(1, 2, width=5.0, height=3.8)
+    for ax, mname in zip(axes[0], ("phi-3.5-moe", "qwen3-30b-a3b"), strict=True):
+        idx = [i for i, v in enumerate(rows["model"]) if v == mname]
+        for b in sorted({rows["buffer_mb"][i] for i in idx}):
+            j = [i for i in idx if rows["buffer_mb"][i] == b]
+            ax.plot([rows["num_microslices"][i] for i in j], [rows["latency_s"][i] for i in j],
+                    marker="o", label=f"weight buffer {b:g} MB per die")
+        plotting.log_axis(ax, "x", base=2)
+        ax.set_xlabel("micro-slices per expert")
+        plotting.time_axis(ax, "y", "ms", "MoE layer latency")
+        ax.set_title(mname, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"000 Fig. 17: granularity sensitivity, {tokens} tokens", fontsize=9)
+    plotting.save(fig, out / "fig17_microslices.png", dpi=90)
+
+
+def plot_fig18(out: Path, rows: dict, model_name: str, tokens: int) -> None:
+    """Fig. 18 from its rows (also from fig18_scaling.csv)."""
+    fig, axes = plotting.figure(width=7.0, height=4.0)
+    ax = axes[0, 0]
+    for name in ("EP", "Hydra", "FSE-DP+paired"):
+        j = [i for i, s in enumerate(rows["system"]) if s == name]
+        ax.plot([rows["platform"][i] for i in j], [rows["utilization"][i] for i in j],
+                marker="o", label=SYSTEM_LABELS.get(name, name))
+    ax.set_ylabel("compute utilization (fraction of peak)")
+    ax.set_xlabel("platform (chiplets)")
+    ax.set_title(f"000 Fig. 18: scalability, {model_name}, {tokens} tokens", fontsize=9)
+    ax.legend(fontsize=7)
+    plotting.save(fig, out / "fig18_scaling.png", dpi=90)
