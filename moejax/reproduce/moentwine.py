@@ -577,7 +577,8 @@ _LEGEND_TITLES = {
     "system": "platform / mapping\nbaseline: each TP group a compact block; er: ER-Mapping "
               "(entwined rings);\nher: HER-Mapping (multi-wafer); esp: expert sharding",
     "mapping": "mapping\nbaseline: compact TP blocks; ER / HER: 001 §IV-A",
-    "strategy": "balancing strategy (001 §V)\nnone; greedy EPLB; Alg. 1 topology-aware",
+    "strategy": "balancing strategy (001 §V)\nnone; greedy: EPLB-style greedy; topology: "
+                "Alg. 1 topology-aware;\n-ni: with non-invasive migration (§V-A)",
 }
 
 
