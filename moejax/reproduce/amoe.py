@@ -149,34 +149,28 @@ def _write_rows(path: Path, rows) -> None:
     atomic_write_csv(path, {k: np.asarray([r[k] for r in rows]) for k in keys})
 
 
-# Legend entries, explained (002 §3-§5; policies/*.toml).
-POLICY_LABELS = {
-    "aep-defrag": "AMoE: AEP, defrag scheduler (002 Alg. 1)",
-    "aep-mtfs": "AMoE: AEP, MTFS scheduler (002 §3.2)",
-    "aep-flfs": "AMoE: AEP, FLFS scheduler (002 §3.2)",
-    "ep-sync": "synchronous EP (baseline, 002 §5)",
-}
-
-
 def _plot_curves(path: Path, rows, panels, title: str) -> None:
-    from moejax import plotting
+    import matplotlib
 
-    fig, axes = plotting.figure(1, len(panels), width=4.0, height=3.4)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
     for ax, (label, match) in zip(axes[0], panels, strict=True):
         for pol in sorted({r["policy"] for r in rows}):
             sel = [r for r in rows if r["policy"] == pol
                    and all(r[k] == v for k, v in match.items())]
             if sel:
                 ax.plot([r["throughput_tok_s"] for r in sel],
-                        [r["itl_mean_s"] for r in sel], "o-",
-                        label=POLICY_LABELS.get(pol, pol))
+                        [r["itl_mean_s"] * 1e3 for r in sel], "o-", label=pol)
         ax.set_title(label, fontsize=9)
-        ax.set_xlabel("throughput (tokens/s)")
-        plotting.time_axis(ax, "y", "ms", "mean inter-token latency")
-    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncol=2,
-               fontsize=7)
+        ax.set_xlabel("throughput (tok/s)")
+        ax.set_ylabel("mean ITL (ms)")
+        ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
-    plotting.save(fig, path, dpi=110)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def run(out_dir: Path, quick: bool) -> Report:
@@ -330,9 +324,8 @@ def _plot_series(out_dir: Path, cols, qdepth, bin_s: float) -> None:
 
     fig, ax = plt.subplots(figsize=(5, 3))
     for pol, style in (("aep-flfs", "-"), ("aep-defrag", "--")):
-        ax.plot(cols["t_s"], cols[f"{pol}_done_per_s"], style,
-                label=f"completions, {POLICY_LABELS.get(pol, pol)}")
-    ax.plot(cols["t_s"], cols["aep-flfs_input_per_s"], ":", label="input (Poisson arrivals)")
+        ax.plot(cols["t_s"], cols[f"{pol}_done_per_s"], style, label=f"{pol} completions")
+    ax.plot(cols["t_s"], cols["aep-flfs_input_per_s"], ":", label="input")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("requests/s")
     ax.legend(fontsize=7)
