@@ -7,6 +7,12 @@ of the same requests when `--requests <= --ref-max`. Prints streams/s and events
 
     python benchmarks/bench_amoe.py --requests 2000 --streams 1 16 256
 
+With `--core`, the exact CPU event core (`systems/amoe/core.py`, numba) runs the same
+stream (one warm-up call compiles it), then the JAX path over `--events` events of the same
+stream (default 4,096), and both events/s and their ratio are printed from the one run:
+
+    python benchmarks/bench_amoe.py --core --requests 2000 --events 4096
+
 With `--events N` each run is timed over N events per stream only (after a warm-up chunk
 of N that compiles and advances the state), the reference over N events of one stream, and
 streams/s is *projected* as events/s divided by `--events-per-stream` (an estimate the
@@ -40,7 +46,11 @@ def main() -> None:
                     help="estimated events of one full stream, for the projection")
     ap.add_argument("--ref-events", type=int, default=0,
                     help="with --events: reference events to time (default --events)")
+    ap.add_argument("--core", action="store_true",
+                    help="exact CPU core vs the JAX path on the same stream (events/s)")
     args = ap.parse_args()
+    if args.core:
+        return core_vs_jax(args)
     if args.events:
         return partial(args)
     print(f"backend: {jax.default_backend()}, devices: {jax.devices()}")
@@ -114,6 +124,42 @@ def partial(args) -> None:
         proj = f"{m / dt / per_stream:10.7f}" if per_stream else "       n/a"
         print(f"reference   streams=   1 requests={args.requests}: {m:9d} events in "
               f"{dt:7.2f} s  {m / dt:10.0f} events/s  projected {proj} streams/s")
+
+
+def core_vs_jax(args) -> None:
+    """Events/s of the CPU core (whole stream) and the JAX path (`--events` events)."""
+    from moejax.systems.amoe import steady
+
+    model = load_model("mixtral-8x7b")
+    cfg = system_cfg(model, args)
+    system, params, _ = serve.build("a100x8-nvswitch", model, args.policy, args.requests,
+                                    top_k=args.top_k)
+    st = serve.streams(jax.random.key(0), num_streams=1, num_requests=args.requests,
+                       rate_per_s=args.rate, workload="medium")
+    seed = int(aep.stream_seed(jax.random.split(jax.random.key(1), 1)[0]))
+    arr = [np.asarray(x[0]) for x in (st.arrival_s, st.input_len, st.output_len)]
+    steady.run_open(cfg, *[a[:20] for a in arr], seed)  # compile (or load the cache)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = steady.run_open(cfg, *arr, seed, float(params.decay))
+    dt, ct = time.perf_counter() - t0, time.process_time() - c0
+    ev = int(res["events"])
+    print(f"cpu core    streams=   1 requests={args.requests}: {ev} events in {dt:.2f} s wall "
+          f"({ct:.2f} CPU-s): {ev / dt:12.0f} events/s wall, {ev / ct:12.0f} per CPU-s")
+    n = int(args.events or 4096)
+    init, step_chunk, _ = runner._compiled(system, n)
+    keys = jax.random.split(jax.random.key(1), 1)
+    state, _ = step_chunk(params, init(params, st, keys))  # compile + first chunk
+    jax.block_until_ready(state)
+    e0 = int(np.asarray(state.events).sum())
+    t0, c0 = time.perf_counter(), time.process_time()
+    state, _ = step_chunk(params, state)
+    jax.block_until_ready(state)
+    jdt, jct = time.perf_counter() - t0, time.process_time() - c0
+    jev = int(np.asarray(state.events).sum()) - e0
+    print(f"JAX path    streams=   1 requests={args.requests}: {jev} events in {jdt:.2f} s wall "
+          f"({jct:.2f} CPU-s): {jev / jdt:12.0f} events/s wall, {jev / jct:12.0f} per CPU-s")
+    print(f"core / JAX: {ev / dt / (jev / jdt):.0f}x (wall), {ev / ct / (jev / jct):.0f}x "
+          f"(CPU time); the JAX path's events/s is over events {e0}-{e0 + jev} of the stream")
 
 
 def warm_up(system, params, st, chunk: int) -> None:

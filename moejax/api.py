@@ -7,7 +7,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from moejax import engine
+from moejax import budget, engine
 from moejax.errors import ConfigError, TraceError
 from moejax.hardware import Platform, load_platform
 from moejax.models import ModelSpec, load_model
@@ -59,5 +59,6 @@ def simulate(hardware, model, policy, traces: Trace, *, key=None, chunk_size=Non
     system, params = entry.from_policy(
         s.platform, s.model, s.policy.options_table(), traces.num_iterations
     )
+    chunk_size = budget.check(system, params, traces, chunk_size)  # fits, or one line
     out = engine.simulate(system, params, traces, key, chunk_size=chunk_size, progress=progress)
     return jax.tree_util.tree_map(np.asarray, out)

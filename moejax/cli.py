@@ -1,4 +1,4 @@
-"""The `moejax` command line: simulate, catalog, trace (more subcommands as systems land).
+"""The `moejax` command line: simulate, catalog, reproduce, trace, tune, export.
 
 Errors from bad input are one line on stderr and exit code 2, never a traceback.
 """
@@ -6,6 +6,7 @@ Errors from bad input are one line on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -45,13 +46,20 @@ def _simulate(args) -> int:
         traces = fit.generate_fitted(
             args.trace_gen, key, num_traces=args.traces, iterations=args.iterations,
             layers=args.layers, tokens=args.tokens, num_experts=m.num_experts, top_k=m.top_k,
+            chunked=True,
         )
-        source = f"fitted {args.trace_gen}"
+        recorded = len(fit.load_fit(args.trace_gen)["layers"])
+        if traces.num_layers < recorded:
+            print(f"moejax: note: --layers {traces.num_layers} simulates recorded layers "
+                  f"0-{traces.num_layers - 1} of the fit's {recorded}; leave --layers out "
+                  f"for all of them", file=sys.stderr)
+        source = f"fitted {args.trace_gen} ({traces.num_layers} of {recorded} recorded layers)"
     else:
         spec = gen.parse_spec(args.trace_gen)
-        traces = gen.generate(
-            spec, key, num_traces=args.traces, iterations=args.iterations, layers=args.layers,
-            tokens=args.tokens, num_experts=m.num_experts, top_k=m.top_k,
+        traces = gen.generate_chunked(  # made a chunk at a time inside the engine's loop
+            spec, key, num_traces=args.traces, iterations=args.iterations,
+            layers=args.layers or 1, tokens=args.tokens, num_experts=m.num_experts,
+            top_k=m.top_k,
         )
         source = f"generated {gen.spec_to_str(spec)}"
     t0 = time.perf_counter()
@@ -171,10 +179,15 @@ def _trace(args) -> int:
     from moejax.trace import io as trace_io
 
     if args.trace_cmd == "gen":
+        from moejax import budget
+
         spec = gen.parse_spec(args.spec)
-        tr = gen.generate(spec, jax.random.key(args.seed), num_traces=args.traces,
-                          iterations=args.iterations, layers=args.layers, tokens=args.tokens,
-                          num_experts=args.experts, top_k=args.top_k)
+        lazy = gen.generate_chunked(spec, jax.random.key(args.seed), num_traces=args.traces,
+                                    iterations=args.iterations, layers=args.layers,
+                                    tokens=args.tokens, num_experts=args.experts,
+                                    top_k=args.top_k)
+        budget.check_whole_batch(lazy)  # the file is written whole: fits, or one line
+        tr = lazy.materialize()
         trace_io.save(args.out, tr, {"generator": gen.spec_to_str(spec), "seed": args.seed})
         print(f"wrote {args.out}: {args.traces} traces x {args.iterations} iterations x "
               f"{args.layers} layers x {args.tokens} tokens, E={args.experts}, k={args.top_k}")
@@ -245,8 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens per iteration")
     s.add_argument("--traces", type=_positive_int, default=_DefaultInt(1024))
     s.add_argument("--iterations", type=_positive_int, default=_DefaultInt(1))
-    s.add_argument("--layers", type=_positive_int, default=1,
-                   help="MoE layers per trace (a sample of the model's layers)")
+    s.add_argument("--layers", type=_positive_int, default=None,
+                   help="MoE layers per trace (a sample of the model's layers); default 1, "
+                   "or with --trace-gen FIT.json the fit's recorded layer count")
     src = s.add_mutually_exclusive_group()
     src.add_argument("--trace-gen", default=DEFAULT_GEN, help="generator spec, e.g. "
                      "uniform, powerlaw:alpha=1.5, normal:std=0.032")
@@ -306,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     from moejax.latency_table import add_export_parser
 
     add_export_parser(sub, _positive_int)
-    return p
+    from moejax.cli_help import polish
+
+    return polish(p)  # command and study lists, every option's default
 
 
 class _DefaultInt(int):
@@ -325,14 +341,22 @@ def _positive_int(s: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
+    try:  # the parser imports the subcommands' modules (jax): seconds that Ctrl-C may hit
+        args = build_parser().parse_args(argv)
+        from moejax.outpaths import check_outputs
+
+        check_outputs(args)  # before any work: a bad --out is one line, nothing written
         return args.fn(args)
     except MoejaxError as e:
         print(f"moejax: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("moejax: interrupted", file=sys.stderr)
+        if argv is None:  # the console command: leave without interpreter teardown, which
+            # could race XLA's threads ("pure virtual method called", rc 134, issue 13)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         return 130
 
 

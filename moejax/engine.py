@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from moejax.errors import MoejaxError
+from moejax.trace.chunked import ChunkedTraces
 
 PyTree = Any
 
@@ -38,8 +39,12 @@ def default_chunk(traces: PyTree | None = None) -> int:
     chunk = DEFAULT_CHUNK.get(backend, DEFAULT_CHUNK_ACCELERATOR)
     if traces is None or backend != "cpu":
         return chunk
-    leaves = [x for x in jax.tree_util.tree_leaves(traces) if np.ndim(x) > 0]
-    per_trace = sum(np.size(x) * np.dtype(x.dtype).itemsize for x in leaves) / batch_size(traces)
+    if isinstance(traces, ChunkedTraces):  # generation scratch is freed before the call runs
+        per_trace = traces.bytes_per_trace
+    else:
+        leaves = [x for x in jax.tree_util.tree_leaves(traces) if np.ndim(x) > 0]
+        per_trace = sum(np.size(x) * np.dtype(x.dtype).itemsize for x in leaves) / batch_size(
+            traces)
     if per_trace <= 0:
         return chunk
     fit = 2 ** int(np.round(np.log2(max(CPU_CHUNK_BYTES / per_trace, 1.0))))
@@ -83,7 +88,9 @@ def run_one(system: System, params: PyTree, trace: PyTree, key: jax.Array) -> Py
 
 
 def batch_size(tree: PyTree) -> int:
-    """Length of the leading axis shared by every leaf of `tree`."""
+    """Length of the leading axis shared by every leaf of `tree` (a `ChunkedTraces`' count)."""
+    if isinstance(tree, ChunkedTraces):
+        return tree.num_traces
     sizes = {np.shape(x)[0] for x in jax.tree_util.tree_leaves(tree) if np.ndim(x) > 0}
     if len(sizes) != 1:
         raise MoejaxError(f"batch: leaves disagree on the leading (trace) axis: {sorted(sizes)}")
@@ -117,6 +124,8 @@ def simulate(
     sweep: `params` carries a leading `[P]` axis; metrics get `[P, T]` (one vmapped call).
     chunk_size: traces per compiled call (default `default_chunk(traces)`); a progress bar is shown
       when there are more than 8 chunks (or `progress=True`).
+    traces: a pytree with a leading `[T]` axis, or a `ChunkedTraces` whose chunks are made
+      inside the chunk loop (a generated batch never exists whole).
     Traces are sharded over all local devices (`jax.sharding`) when there are several and
     the chunk divides evenly; results are identical to the single-device run.
     """
@@ -129,15 +138,19 @@ def simulate(
     chunk = min(n, chunk_size or default_chunk(traces))
     fn = _compiled(system, sweep, str(jax.random.key_impl(keys)))
     starts = range(0, n, chunk)
+    lazy = isinstance(traces, ChunkedTraces)
     if len(starts) > 1:  # slice on host: a jax slice per new offset would compile each time
-        traces = jax.tree_util.tree_map(np.asarray, traces)
+        if not lazy:
+            traces = jax.tree_util.tree_map(np.asarray, traces)
         key_data = np.asarray(key_data)
     devices = jax.local_devices()
     show = progress if progress is not None else len(starts) > 8
     results = []
     with _progress(show, len(starts), system.name) as advance:
         for s in starts:
-            if len(starts) == 1:  # the whole batch: no slicing (a dispatch per leaf)
+            if lazy:  # made here, dropped after the call
+                args = (traces.chunk(s, min(s + chunk, n)), key_data[s : s + chunk])
+            elif len(starts) == 1:  # the whole batch: no slicing (a dispatch per leaf)
                 args = (traces, key_data)
             else:
                 args = (jax.tree_util.tree_map(lambda x, s=s: x[s : s + chunk], traces),
@@ -166,7 +179,8 @@ def _shard(traces, keys, devices):
 
 
 class _progress:
-    """A rich progress bar over chunks, or nothing."""
+    """A rich progress bar over chunks, or nothing. Until the first chunk's call returns it
+    reads "compiling" (XLA compiles on that call; the bar would otherwise sit at 0%)."""
 
     def __init__(self, show: bool, total: int, name: str):
         self.show, self.total, self.name = show, total, name
@@ -174,12 +188,22 @@ class _progress:
     def __enter__(self):
         if not self.show:
             return lambda: None
-        from rich.progress import Progress
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-        self.bar = Progress(transient=True)
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                            MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
+                            TimeRemainingColumn(), transient=True)
         self.bar.__enter__()
-        task = self.bar.add_task(f"simulating {self.name}", total=self.total)
-        return lambda: self.bar.advance(task)
+        task = self.bar.add_task(f"compiling {self.name} (first chunk)", total=self.total)
+        return lambda: self.bar.update(task, advance=1, description=f"simulating {self.name}")
 
     def __exit__(self, *exc):
         if self.show:

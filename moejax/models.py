@@ -427,3 +427,23 @@ _add(
     total_params=671e9,  # public cfg
     **_DSV3_STRUCTURE,
 )
+_add(
+    name="gpt-oss-120b",
+    source="004 §VII-B (GPT-OSS-120B: h 2880, MoE hidden 2880, 64 heads, 64 experts, top-4); "
+    "rest: openai/gpt-oss-120b config.json",
+    hidden_size=2880,  # 004 §VII-B; public cfg
+    expert_ffn_size=2880,  # 004 §VII-B; public cfg
+    num_experts=64,  # 004 §VII-B (the public config has 128 experts)
+    top_k=4,  # 004 §VII-B; public cfg
+    num_shared_experts=0,  # public cfg
+    shared_ffn_size=0,  # public cfg
+    num_sparse_layers=36,  # public cfg (every block is MoE)
+    num_layers=36,  # public cfg
+    dense_ffn_size=0,  # public cfg
+    num_heads=64,  # 004 §VII-B; public cfg
+    num_kv_heads=8,  # public cfg
+    head_dim=64,  # public cfg
+    attention_kind="GQA",  # public cfg
+    weight_bytes=1.0,  # 004 §V-A: FP8 GEMM kernels (the public checkpoint is MXFP4)
+    total_params=117e9,  # public model card
+)

@@ -27,6 +27,8 @@ MODEL_NAMES = [
     "dysharp-s",
     "dysharp-m",
     "dysharp-l",
+    # 004 §VII-B
+    "gpt-oss-120b",
 ]
 PLATFORM_NAMES = [
     # 000

@@ -56,19 +56,23 @@ def test_wafer_gated_step_at_tau_zero_is_the_boolean_path(invasive, kind):
     assert np.array_equal(np.asarray(never["forward_s"]), np.float32(fwd)) == (not invasive)
 
 
-def _forward_of_alpha(cfg, sysm, tr, tau, tau_trigger=None):
+@pytest.fixture(scope="module")
+def forward_of_alpha():
+    """Mean forward time (ms) as a function of (alpha, tau, tau_trigger), all traced: one
+    compile (and one for its gradient) serves every temperature below."""
+    cfg, sysm, tr = _wafer(True, "topology", iterations=4, traces=2)
     base = wsys.default_params(cfg, alpha=0.0, beta=0.0)
-    tau_trigger = tau if tau_trigger is None else tau_trigger
 
     @jax.jit
-    def f(alpha):
-        p = base.replace(alpha=alpha, tau=jnp.float32(tau), tau_trigger=jnp.float32(tau_trigger))
+    def f(alpha, tau, tau_trigger):
+        p = base.replace(alpha=alpha, tau=tau, tau_trigger=tau_trigger)
         return engine.simulate(sysm, p, tr)["forward_s"].mean() * 1e3  # ms
-    return f
+    return cfg, sysm, tr, f
 
 
-def test_wafer_relaxed_forward_time_gradient_in_alpha_matches_central_difference():
-    cfg, sysm, tr = _wafer(True, "topology", iterations=4, traces=2)
+def test_wafer_relaxed_forward_time_gradient_in_alpha_matches_central_difference(
+        forward_of_alpha):
+    cfg, sysm, tr, f = forward_of_alpha
     # alpha near the observed Eq. 2 sums (2 layers; per-iteration loads are layer means),
     # so the gate is not saturated
     loads = engine.simulate(sysm, wsys.default_params(cfg, alpha=1e6), tr)["per_iteration"][
@@ -76,20 +80,22 @@ def test_wafer_relaxed_forward_time_gradient_in_alpha_matches_central_difference
     imb = 2.0 * float(np.median(np.asarray(bal.layer_imbalance(loads))))
     a = jnp.float32(imb)
     for tau, tau_trigger in ((0.5, 0.5), (0.0, 0.5)):  # relaxed layer, or hard layer + gate
-        f = _forward_of_alpha(cfg, sysm, tr, tau, tau_trigger)
-        g = float(jax.grad(f)(a))
+        t, tt = jnp.float32(tau), jnp.float32(tau_trigger)
+        g = float(jax.grad(f)(a, t, tt))
         h = 0.02
-        fd = (float(f(a + h)) - float(f(a - h))) / (2 * h)
+        fd = (float(f(a + h, t, tt)) - float(f(a - h, t, tt))) / (2 * h)
         assert abs(g) > 1e-4, g  # alpha reaches the forward time
         np.testing.assert_allclose(g, fd, rtol=0.05)
 
 
-def test_wafer_relaxed_forward_time_tends_to_hard_as_tau_falls():
-    cfg, sysm, tr = _wafer(True, "topology", iterations=4, traces=2)
+def test_wafer_relaxed_forward_time_tends_to_hard_as_tau_falls(forward_of_alpha):
+    f = forward_of_alpha[-1]
     alpha = jnp.float32(2.0)
-    hard = float(_forward_of_alpha(cfg, sysm, tr, 0.0)(alpha))
-    errs = [abs(float(_forward_of_alpha(cfg, sysm, tr, t)(alpha)) - hard) / hard
-            for t in (1.0, 0.1, 1e-2, 1e-4)]
+
+    def ms(tau):
+        return float(f(alpha, jnp.float32(tau), jnp.float32(tau)))
+    hard = ms(0.0)
+    errs = [abs(ms(t) - hard) / hard for t in (1.0, 0.1, 1e-2, 1e-4)]
     assert all(a > b for a, b in zip(errs, errs[1:], strict=False)) and errs[-1] < 1e-3, errs
 
 

@@ -1,24 +1,31 @@
 """`moejax reproduce NAME`: each paper's headline studies as CSV + PNG + summary.json.
 
 A study module `moejax.reproduce.<name>` defines `run(out_dir: Path, quick: bool) -> Report`.
+It may define `steps(quick) -> int` and call `progress.step(label)` after each figure: `run`
+then shows a progress bar over them (studies that show their own, fsedp and balancing, do not).
 Register it in `STUDIES` (name -> module path); it is imported only when asked for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 from pathlib import Path
 from typing import Any
 
 from moejax.errors import MoejaxError, UnknownNameError
+from moejax.reproduce.progress import study_progress
 from moejax.results import atomic_write_json
+from moejax.staging import staged_dir
 
 STUDIES: dict[str, str] = {
     "fsedp": "moejax.reproduce.fsedp",
     "moentwine": "moejax.reproduce.moentwine",
     "amoe": "moejax.reproduce.amoe",
     "balancing": "moejax.reproduce.balancing",
+    "dysharp": "moejax.reproduce.dysharp",
+    "epsmoe": "moejax.reproduce.epsmoe",
 }
 
 
@@ -66,12 +73,14 @@ def shipped_results(study: str) -> Path:
 
 
 def run(name: str, out_dir: Path, quick: bool) -> Report:
-    """Run a registered study and write its summary.json."""
+    """Run a registered study and write its summary.json (into a temporary sibling of
+    `out_dir`, moved in when the study is done; see `moejax.staging.staged_dir`)."""
     if name not in STUDIES:
         raise UnknownNameError("study", name, STUDIES)
     module = importlib.import_module(STUDIES[name])
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report = module.run(out_dir, quick)
-    write_summary(out_dir, report, quick)
+    steps = getattr(module, "steps", None)  # a study that counts its steps gets a progress
+    shown = study_progress(name, steps(quick)) if steps else contextlib.nullcontext()
+    with staged_dir(out_dir) as tmp, shown:  # out_dir gets the whole study or nothing
+        report = module.run(tmp, quick)
+        write_summary(tmp, report, quick)
     return report

@@ -1,4 +1,4 @@
-"""`moejax reproduce amoe`: paper 002 (AMoE) Fig. 4, 7, 9-12 and its headline claims.
+"""Paper 002 (AMoE) on finite streams (the earlier study; `steady_amoe.py` is the faithful one).
 
 Every number comes from the AEP event simulation (`moejax.systems.amoe.aep`) and the
 synchronous-EP serving baseline (`moejax.systems.amoe.sync`) with the options of the
@@ -21,6 +21,7 @@ import numpy as np
 
 from moejax.models import load_model
 from moejax.reproduce import Claim, Report
+from moejax.reproduce.progress import step
 from moejax.results import atomic_write_csv
 from moejax.systems.amoe import runner, serve
 from moejax.systems.amoe.cli import p99_from_hist
@@ -88,6 +89,7 @@ def sweep(platform: str, policy: str, top_k: int, workload: str, rates, grid: Gr
             "_out": {k: v[i] for k, v in out.items()},
             "_arrival_s": np.asarray(st.arrival_s[i]),
         })
+    step(f"{policy} top-{top_k} {workload} on {platform}")
     return rows
 
 
@@ -115,6 +117,7 @@ def concurrency_diagnostic(requests, blocks: int = DIAG_BLOCKS) -> list[dict]:
                                                 out.get("stall_fraction"))[0])
         row["aep_over_sync"] = row["aep_tok_s"] / row["sync_tok_s"]
         rows.append(row)
+    step("concurrency diagnostic")
     return rows
 
 
@@ -136,6 +139,7 @@ def scheduler_diagnostic(requests: int, rate: float, blocks: int = DIAG_BLOCKS) 
         res[pol] = {"tok_s": round(float(out["throughput_tok_s"][0]), 1),
                     "itl_ms": round(float(out["itl_mean_s"][0]) * 1e3, 3),
                     "expert_batch": round(float(out["mean_expert_batch"][0]), 2)}
+    step("scheduler diagnostic")
     return res
 
 
@@ -173,7 +177,8 @@ def _plot_curves(path: Path, rows, panels, title: str) -> None:
     plt.close(fig)
 
 
-def run(out_dir: Path, quick: bool) -> Report:
+def run_finite(out_dir: Path, quick: bool) -> Report:
+    """The earlier finite-stream study (32 / 512 requests, JAX path); kept for comparison."""
     grid = QUICK if quick else FULL
     files: list[str] = []
     claims: list[Claim] = []
@@ -344,3 +349,10 @@ def _plot_series(out_dir: Path, cols, qdepth, bin_s: float) -> None:
     fig.tight_layout()
     fig.savefig(out_dir / "fig7_queue_depth.png", dpi=110)
     plt.close(fig)
+
+
+def run(out_dir: Path, quick: bool) -> Report:
+    """`moejax reproduce amoe`: the steady-state study (`steady_amoe.run`)."""
+    from moejax.reproduce import steady_amoe
+
+    return steady_amoe.run(out_dir, quick)

@@ -22,6 +22,7 @@ from moejax.errors import ConfigError
 from moejax.hardware import load_platform
 from moejax.models import load_model, with_overrides
 from moejax.reproduce import Claim, Report
+from moejax.reproduce.progress import step
 from moejax.results import atomic_write_csv
 from moejax.systems.wafer import mapping as mp
 from moejax.systems.wafer import system as ws
@@ -421,6 +422,11 @@ def fig17(out: Path, quick: bool) -> dict:
 # --- claims ---------------------------------------------------------------------------------
 
 
+def steps(quick: bool) -> int:
+    """Figures `run` reports with `progress.step` (for the progress bar)."""
+    return 10
+
+
 def run(out_dir: Path, quick: bool) -> Report:
     out = Path(out_dir)
     claims: list[Claim] = []
@@ -436,8 +442,10 @@ def run(out_dir: Path, quick: bool) -> Report:
         abs(hb - 2.7) < 0.05 and 0.4 <= he / hb <= 0.6))
 
     a = fig13a(out, quick)
+    step("Fig. 13(a)")
     files += ["fig13a_tokens.csv", "fig13a_tokens.png"]
     b = fig13b(out, quick)
+    step("Fig. 13(b)")
     files += ["fig13b_models.csv", "fig13b_models.png"]
     by = {(m, s): c for m, s, c in zip(b["model"], b["system"], b["comm_s"], strict=True)}
     a2a = {(m, s): c for m, s, c in zip(b["model"], b["system"], b["all_to_all_s"], strict=True)}
@@ -463,8 +471,10 @@ def run(out_dir: Path, quick: bool) -> Report:
          "per_model_all_to_all": dict(zip(models, er_a2a, strict=True))},
         _near(best, 0.35)))
     c = fig13c(out, quick)
+    step("Fig. 13(c)")
     files += ["fig13c_scales.csv", "fig13c_scales.png"]
     d = fig13d(out, quick)
+    step("Fig. 13(d)")
     files += ["fig13d_multiwafer.csv", "fig13d_multiwafer.png"]
     dd = {(t, m): x for t, m, x in zip(d["tp"], d["mapping"], d["comm_s"], strict=True)}
     tps = sorted(set(d["tp"]))
@@ -477,6 +487,7 @@ def run(out_dir: Path, quick: bool) -> Report:
          "er_by_tp": dict(zip(tps, erm, strict=True))},
         _near(max(her), 0.62) and min(her) > 0))
     g = fig14b(out, quick)
+    step("Fig. 14(b)")
     files += ["fig14b_allgather.csv"]
     gg = {(m, mm, ag): x for m, mm, ag, x in zip(g["model"], g["mapping"], g["allgather"],
                                                  g["comm_s"], strict=True)}
@@ -489,10 +500,13 @@ def run(out_dir: Path, quick: bool) -> Report:
         {"mean_gain_baseline_mapping": ag, "mean_gain_er_mapping": float(np.mean(gain["er"]))},
         _near(ag, 0.17, 2.0)))
     claims.append(esp_claim(fig14a(out, quick)))
+    step("Fig. 14(a)")
     files += ["fig14a_esp.csv", "fig14a_esp.png"]
     files += fig11_heatmaps(out)
+    step("Fig. 11")
 
     f15 = fig15(out, quick)
+    step("Fig. 15")
     files += ["fig15_load_trace.csv", "fig15_load_trace.png"]
     none_dev = float(f15["none"]["max_over_mean"]) - 1.0
     greedy_dev = float(f15["greedy"]["max_over_mean"]) - 1.0
@@ -503,6 +517,7 @@ def run(out_dir: Path, quick: bool) -> Report:
          "topology_ni_max_minus_mean": float(f15["topology-ni"]["max_over_mean"]) - 1.0},
         _near(none_dev, 2.0, 2.0) and _near(greedy_dev, 0.4, 2.0)))
     f16 = fig16(out, quick)
+    step("Fig. 16")
     files += ["fig16_strategies.csv", "fig16_strategies.png"]
     scen = sorted({s for s, _ in f16})
     ratio = []
@@ -539,6 +554,7 @@ def run(out_dir: Path, quick: bool) -> Report:
          "per_scenario_all_to_all": dict(zip(scen, a2ar, strict=True))},
         _near(max(comp), 0.54) and _near(float(np.mean(a2ar)), 0.22, 2.0)))
     f17 = fig17(out, quick)
+    step("Fig. 17")
     files += ["fig17_nvl72.csv", "fig17_nvl72.png"]
     nv = float(f17["nvl72+balance"]["moe_throughput"])
     wf = float(f17["wsc+her+topology-ni"]["moe_throughput"])

@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 from moejax.systems import ep, rebalancing
 from moejax.systems.amoe import policy as amoe_policy
+from moejax.systems.dysharp import system as dysharp
+from moejax.systems.epsmoe import system as epsmoe_system
 from moejax.systems.fsedp import hydra as fsedp_hydra
 from moejax.systems.fsedp import system as fsedp_system
 from moejax.systems.wafer import system as wafer
@@ -44,4 +46,10 @@ SYSTEMS: dict[str, SystemEntry] = {
                          False),
     "hydra": SystemEntry(fsedp_hydra.check_options, fsedp_hydra.from_policy, ("chiplet",),
                          False),
+    # 004 DySHARP and its NVLink-switch baselines (DeepEP, NVLS, FasterMoE, Tutel, CCFuser,
+    # COMET, DualPipe): per-token routing, switch platforms
+    "dysharp": SystemEntry(dysharp.check_options, dysharp.from_policy, ("gpu",), True),
+    # 003 EPS-MoE and its TP+TP / DP+EP / TP+EP baselines (one prefill forward, GPU nodes)
+    "epsmoe": SystemEntry(epsmoe_system.check_options, epsmoe_system.from_policy, ("gpu",),
+                          True),
 }

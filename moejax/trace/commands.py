@@ -103,8 +103,12 @@ def run_fit(args) -> int:
             raise ConfigError(f"file: fit takes one recording, {args.file} holds "
                               f"{tr.batch_shape[0]} traces")
         tr = tr[0]
+    from moejax.reproduce.progress import study_progress
+
     families = tuple(args.family or fit.FIT_FAMILIES)
-    res = fit.fit(tr, families, holdout=not args.no_holdout, key=jax.random.key(args.seed))
+    with study_progress("trace fit", len(families) + 1) as tick:  # a family a step, + papers'
+        res = fit.fit(tr, families, holdout=not args.no_holdout, key=jax.random.key(args.seed),
+                      progress=tick)
     print(fit.format_fit(res))
     if args.report:
         atomic_write_json(Path(args.report), res)

@@ -12,6 +12,7 @@ import numpy as np
 from flax import struct
 
 from moejax.errors import TraceError
+from moejax.ops import bincount
 
 SCHEMA_VERSION = 1
 
@@ -71,9 +72,20 @@ class Trace:
 
 
 def counts_from_ids(expert_ids: jax.Array, num_experts: int) -> jax.Array:
-    """Per-expert token counts, float32 [..., E], from ids [..., N, K] (-1 ignored)."""
-    onehot = jax.nn.one_hot(expert_ids, num_experts, dtype=jnp.float32)  # -1 -> all zeros
-    return onehot.sum(axis=(-3, -2))
+    """Per-expert token counts, float32 [..., E], from ids [..., N, K] (-1 ignored).
+
+    A histogram per leading index (`ops.bincount`, one flat scatter-add), not a one-hot sum:
+    the float32 one-hot [..., N, K, E] took 1 MB per 256-token trace at E = 128 and made a
+    20 000-trace batch peak at 21.5 GB (issue 13). Counts are integers, so the two agree
+    exactly.
+    """
+    ids = jnp.asarray(expert_ids)
+    lead = ids.shape[:-2]
+    if ids.size == 0:
+        return jnp.zeros((*lead, num_experts), jnp.float32)
+    rows = ids.reshape(-1, ids.shape[-2] * ids.shape[-1])
+    counts = jax.vmap(lambda k: bincount(k, k >= 0, num_experts))(rows)
+    return counts.astype(jnp.float32).reshape(*lead, num_experts)
 
 
 def from_ids(expert_ids, gate_weights, token_mask, num_experts: int,

@@ -36,6 +36,7 @@ from moejax.trace.analysis import (
     sorted_load_profile,
     temporal_locality,
 )
+from moejax.trace.chunked import ChunkedTraces
 from moejax.trace.core import Trace
 
 FIT_FAMILIES = ("powerlaw", "exponential", "normal", "lognormal", "drift")
@@ -327,8 +328,10 @@ def verdict(ev: dict, skew_tol: float = 0.10, curve_tol: float = 0.05) -> dict:
 
 
 def fit(trace: Trace, families=FIT_FAMILIES, *, holdout: bool = True, key=None,
-        compare_papers: bool = True) -> dict:
+        compare_papers: bool = True, progress=None) -> dict:
     """Fit each family (on even iterations when `holdout`) and evaluate (on odd ones).
+
+    progress(label): called after each family and after the papers' specs (if compared).
 
     Families that cannot be fitted (drift on < 4 iterations) are reported with an `error`.
     `best` is the family with the smallest mean held-out (else in-sample) profile TV.
@@ -344,11 +347,15 @@ def fit(trace: Trace, families=FIT_FAMILIES, *, holdout: bool = True, key=None,
             res = fit_family(train, fam, key=key)
         except TraceError as err:
             out["families"][fam] = {"error": str(err)}
+            if progress is not None:
+                progress(f"{fam} (not fitted)")
             continue
         ev = evaluate(res["layers"], test, key=jax.random.fold_in(key, 1))
         res["heldout"] = ev
         res["verdict"] = verdict(ev)
         out["families"][fam] = res
+        if progress is not None:
+            progress(fam)
     ok = {f: r for f, r in out["families"].items() if "error" not in r}
     if ok:
         out["best"] = min(ok, key=lambda f: float(np.mean(ok[f]["heldout"]["profile_tv"])))
@@ -358,6 +365,8 @@ def fit(trace: Trace, families=FIT_FAMILIES, *, holdout: bool = True, key=None,
         papers[fam] = {"spec": spec, "verdict": verdict(ev),
                        "skew_generated": float(np.mean(ev["skew_generated"])),
                        "profile_tv": float(np.mean(ev["profile_tv"]))}
+    if progress is not None and compare_papers:
+        progress("papers' specs")
     out["paper_specs"] = papers
     out["recorded_skew_mean"] = float(np.mean(stats(test)["skew"]))
     if holdout:  # how much the recording's own halves differ: the floor of any fit's error
@@ -422,19 +431,32 @@ def load_spec(spec: str | gen.GenSpec) -> gen.GenSpec:
     return gen.parse_spec(spec)
 
 
-def generate_fitted(path, key, *, num_traces: int, iterations: int, layers: int, tokens: int,
-                    num_experts: int, top_k: int) -> Trace:
+def generate_fitted(path, key, *, num_traces: int, iterations: int, layers: int | None,
+                    tokens: int, num_experts: int, top_k: int,
+                    chunked: bool = False) -> Trace | ChunkedTraces:
     """A batch of traces from a fit file: layer l uses the fit of recorded layer
-    l mod (recorded layers), so each simulated layer keeps a recorded layer's skew."""
+    l mod (recorded layers), so each simulated layer keeps a recorded layer's skew.
+
+    layers: None gives the recording's layer count. chunked: return a `ChunkedTraces` that
+    makes the batch a chunk at a time (the same traces, for `engine.simulate`).
+    """
     doc = load_fit(path)
+    layers = len(doc["layers"]) if layers is None else layers
     specs = [doc["layers"][j % len(doc["layers"])] for j in range(layers)]
     keys = jax.random.split(key, layers)
-    parts = [gen.generate(s, k, num_traces=num_traces, iterations=iterations, layers=1,
-                          tokens=tokens, num_experts=num_experts, top_k=top_k)
+    parts = [gen.generate_chunked(s, k, num_traces=num_traces, iterations=iterations, layers=1,
+                                  tokens=tokens, num_experts=num_experts, top_k=top_k)
              for s, k in zip(specs, keys, strict=True)]
-    cat = {f: jnp.concatenate([getattr(p, f) for p in parts], axis=2)
-           for f in ("expert_ids", "gate_weights", "counts")}
-    return dataclasses.replace(parts[0], **cat)
+
+    def make(start: int, stop: int) -> Trace:
+        chunks = [p.chunk(start, stop) for p in parts]
+        cat = {f: jnp.concatenate([getattr(c, f) for c in chunks], axis=2)
+               for f in ("expert_ids", "gate_weights", "counts")}
+        return dataclasses.replace(chunks[0], **cat)
+
+    batch = ChunkedTraces(num_traces, make, num_experts, top_k, iterations, layers, tokens,
+                          scratch_bytes_per_trace=layers * parts[0].scratch_bytes_per_trace)
+    return batch if chunked else batch.materialize()
 
 
 def format_fit(result: dict) -> str:

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from moejax.errors import ConfigError, UnknownNameError
+from moejax.trace.chunked import ChunkedTraces, key_data_of
 from moejax.trace.core import RequestStream, Trace, counts_from_ids
 
 # 002 §5: input / output length ranges (inclusive, tokens) of the three decoding workloads.
@@ -530,6 +531,53 @@ def generate(
     keys = jax.random.split(key, num_traces)
     leaves = _sample_batch(*_split(spec), keys, jnp.asarray(tpi), *shape)
     return Trace(*leaves, num_experts=shape[3], top_k=shape[4])
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4, 5, 6, 7, 8, 9))
+def _sample_keyed(static, floats, key_data, tpi, iterations, layers, tokens, num_experts,
+                  top_k, impl):
+    """`_sample_batch` on raw key data (one compiled call per chunk shape, any offset)."""
+    keys = jax.random.wrap_key_data(key_data, impl=impl)
+    return _sample_batch(static, floats, keys, tpi, iterations, layers, tokens, num_experts,
+                         top_k)
+
+
+def generate_chunked(
+    spec: GenSpec | str,
+    key,
+    *,
+    num_traces: int,
+    iterations: int,
+    layers: int,
+    tokens: int,
+    num_experts: int,
+    top_k: int,
+    tokens_per_iteration=None,
+) -> ChunkedTraces:
+    """`generate`'s batch, made a chunk at a time on demand (`ChunkedTraces.chunk`).
+
+    Trace t still uses `jax.random.split(key, num_traces)[t]`, so the chunks, joined, equal
+    `generate` with the same arguments; only the split keys (8 bytes a trace) are held.
+    """
+    spec = parse_spec(spec)
+    key = _check_key(key)
+    num_traces = _check_int("num_traces", num_traces)
+    shape = _check_shape_args(iterations, layers, tokens, num_experts, top_k)
+    if tokens_per_iteration is None:  # a view: nothing per trace until a chunk is made
+        tokens_per_iteration = np.broadcast_to(np.int32(shape[2]), (shape[0],))
+    tpi = _check_tokens_per_iteration(tokens_per_iteration, (num_traces,), shape[0], shape[2])
+    split = functools.cache(lambda: key_data_of(key, num_traces))  # at the first chunk
+    static, floats = _split(spec)
+
+    def make(start: int, stop: int) -> Trace:
+        key_data, impl = split()
+        leaves = _sample_keyed(static, floats, key_data[start:stop],
+                               np.ascontiguousarray(tpi[start:stop]), *shape, impl)
+        return Trace(*leaves, num_experts=shape[3], top_k=shape[4])
+
+    i, l, n, e, k = shape
+    scratch = 2 * 4 * i * l * n * e  # Gumbel scores [I, L, N, E] and their sum with log p
+    return ChunkedTraces(num_traces, make, e, k, i, l, n, scratch_bytes_per_trace=scratch)
 
 
 def generate_one(

@@ -46,10 +46,13 @@ def simulate(args) -> int:
                           "arrival rate > 0 (requests/s)")
     if args.workload not in WORKLOADS:
         raise ConfigError(f"--workload = {args.workload!r}; allowed: {', '.join(WORKLOADS)}")
+    from moejax.status import live_status
+
     t0 = time.perf_counter()
-    out = serve.simulate(args.hardware, args.model, args.policy, rate_per_s=args.rate,
-                         workload=args.workload, num_streams=args.streams,
-                         num_requests=args.requests, seed=args.seed)
+    with live_status(f"simulating {args.policy}", show=not args.quiet) as say:
+        out = serve.simulate(args.hardware, args.model, args.policy, rate_per_s=args.rate,
+                             workload=args.workload, num_streams=args.streams,
+                             num_requests=args.requests, seed=args.seed, progress=say)
     wall = time.perf_counter() - t0
     summary = {
         "hardware": args.hardware, "model": args.model, "policy": args.policy,

@@ -5,6 +5,8 @@ dicts: admission by the most-free-memory load balancer (§3.1), per-GPU μ-queue
 the chosen scheduler (Algorithm 1 as printed in §3.4, MTFS, FLFS), point-to-point messages,
 the top-k token pool (§3.2). Durations, transfer times and routing use the shared float32 /
 uint32 helpers, so in hard mode the vectorized simulation matches it exactly (tests).
+It scans every request per event; the oracle at scale is `core.py` (same rules, O(batch)
+per event, equal to this loop event for event: tests/test_amoe_core.py).
 """
 
 from __future__ import annotations

@@ -82,6 +82,8 @@ def choose_experts(xp, seed, req, tok, blk, cdf, top_k: int):
 
 def _lowest_unused(xp, chosen, num_experts: int, shape):
     """The smallest expert id not in `chosen` (a list of int arrays of `shape`)."""
+    if not chosen:  # 0; spelled out so XLA does not constant-fold an argmax over `shape`
+        return xp.zeros(shape, xp.int32)
     ids = xp.arange(num_experts)
     used = xp.zeros((*shape, num_experts), bool)
     for c in chosen:

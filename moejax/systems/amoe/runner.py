@@ -38,24 +38,29 @@ def _compiled(system: System, chunk_steps: int, params_batched: bool = False):
 
 def run_streams(system: System, params, streams, key=None, *, chunk_steps: int = 2048,
                 max_steps: int = 50_000_000, return_state: bool = False, keys=None,
-                params_batched: bool = False):
+                params_batched: bool = False, progress=None):
     """Metrics with a leading `[T]` axis for `streams` (a RequestStream batch, leaves [T, R]).
 
     Stream t uses `jax.random.split(key, T)[t]` (or `keys[t]` if given). params_batched:
     params leaves carry the same leading [T] axis (stream t runs with params[t], e.g. a
     sweep over a scheduler knob). Raises MoejaxError if some stream is not done after
-    `max_steps` events.
+    `max_steps` events. progress(text): told "compiling" first, then after each chunk of
+    events how many were simulated and how many streams are done.
     """
     key = jax.random.key(0) if key is None else key
     n = int(np.shape(streams.arrival_s)[0])
     keys = jax.random.split(key, n) if keys is None else keys
     init, chunk, finish = _compiled(system, int(chunk_steps), bool(params_batched))
+    say = progress or (lambda text: None)
+    say("compiling")
     state = init(params, streams, keys)
     steps = 0
     while True:
         state, done = chunk(params, state)
         steps += chunk_steps
-        if bool(np.all(np.asarray(done))):
+        done = np.asarray(done)
+        say(f"{steps} events simulated, {int(done.sum())} of {done.size} streams done")
+        if bool(np.all(done)):
             break
         if steps >= max_steps:
             raise MoejaxError(f"{system.name}: streams not done after max_steps = {max_steps} "

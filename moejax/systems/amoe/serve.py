@@ -42,6 +42,16 @@ _A100 = {
                   "nodes": 2, "devices_per_node": 8, "inter_Bps": 50e9 / 8,
                   "inter_latency_s": 20e-6},
     ),
+    # Fig. 10's grey markers: one of the two AWS p4d nodes alone (8x A100-40GB, NVSwitch)
+    "a100x8-40g": dict(
+        family="gpu", description="1 node x 8 A100-SXM4-40GB on NVSwitch (002 Table 2, one "
+        "node; Fig. 10 reference point)", source="002 Table 2, Fig. 10; NVIDIA A100 datasheet",
+        num_devices=8,
+        device={"peak_flops": {"bf16": 312e12}, "onchip_buffer_bytes": 40e6,
+                "memory_capacity_bytes": 40e9, "memory_Bps": 1.555e12, "sm_count": 108},
+        # latency as the catalog's a100x8-nvswitch (500 ns, assumed there): only memory differs
+        topology={"kind": "switch", "link_Bps": 300e9, "hop_latency_s": 500e-9},
+    ),
 }
 
 
@@ -84,12 +94,14 @@ def build(hardware, model, policy, num_requests: int, *, top_k: int | None = Non
 def simulate(hardware, model: str | ModelSpec, policy: str | Policy, *, rate_per_s: float,
              workload: str = "medium", num_streams: int = 1, num_requests: int = 256,
              top_k: int | None = None, seed: int = 0, overrides: dict | None = None,
-             chunk_steps: int = 2048) -> dict[str, np.ndarray]:
-    """Per-stream metrics (leading [T] axis) as NumPy arrays."""
+             chunk_steps: int = 2048, progress=None) -> dict[str, np.ndarray]:
+    """Per-stream metrics (leading [T] axis) as NumPy arrays; `progress(text)` hears how far
+    the run is (see `runner.run_streams`)."""
     system, params, _ = build(hardware, model, policy, num_requests, top_k=top_k,
                               overrides=overrides)
     k_stream, k_sim = jax.random.split(jax.random.key(seed))
     st = streams(k_stream, num_streams=num_streams, num_requests=num_requests,
                  rate_per_s=rate_per_s, workload=workload)
-    out = runner.run_streams(system, params, st, k_sim, chunk_steps=chunk_steps)
+    out = runner.run_streams(system, params, st, k_sim, chunk_steps=chunk_steps,
+                             progress=progress)
     return jax.tree_util.tree_map(np.asarray, out)

@@ -1,0 +1,56 @@
+"""`moejax --help` that tells a new user what there is (issue 13): every command with its
+one-line help, the studies `moejax reproduce` knows, and every option's default."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def polish(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the command and study lists to the top-level help and a `(default: ...)` to every
+    option of every (sub)command whose default says something."""
+    from moejax.reproduce import STUDIES
+
+    commands = _subcommands(parser)
+    parser.description = (
+        "Simulate MoE inference on multi-device hardware, tune its knobs, and reproduce "
+        f"papers' results. Commands: {', '.join(commands)} (`moejax COMMAND --help` for "
+        "each).")
+    parser.epilog = "\n".join([
+        f"studies (moejax reproduce NAME [--quick] --out DIR): {', '.join(STUDIES)}",
+        "catalogs: moejax catalog hardware | models | policies",
+        "examples:",
+        "  moejax simulate --hardware chiplet-2x2 --model qwen3-30b-a3b --policy ep --out res",
+        "  moejax reproduce fsedp --quick --out results/fsedp",
+    ])
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    for p in _parsers(parser):
+        _with_defaults(p)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and "reproduce" in action.choices:
+            study = next(a for a in action.choices["reproduce"]._actions if a.dest == "study")
+            study.help = f"study name, one of: {', '.join(STUDIES)}"
+    return parser
+
+
+def _subcommands(parser) -> list[str]:
+    return [name for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+            for name in a.choices]
+
+
+def _parsers(parser):
+    yield parser
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                yield from _parsers(sub)
+
+
+def _with_defaults(parser: argparse.ArgumentParser) -> None:
+    for a in parser._actions:
+        if not a.option_strings or a.help == argparse.SUPPRESS:
+            continue
+        if (a.default is None or a.default is False or a.default == argparse.SUPPRESS
+                or "default" in (a.help or "")):
+            continue
+        a.help = f"{a.help} (default: %(default)s)" if a.help else "default: %(default)s"

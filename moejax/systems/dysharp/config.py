@@ -1,0 +1,145 @@
+"""Static configuration and tunable parameters of the DySHARP study (paper 004).
+
+One MoE layer (dispatch, GEMM-1, GEMM-2, combine) on an NVLink switch fabric. A system is a
+(primitive, schedule) pair (docs/reproduction/dysharp.md, spec §2):
+
+primitive (how dispatch and combine move bytes per GPU port):
+  unicast_pair  one copy per (token, remote expert): FasterMoE, Tutel, CCFuser, COMET (spec §7.4)
+  unicast_rank  one copy per (token, remote GPU), the GPU pre-sums its experts: DeepEP
+  nvls          NVLS workaround, all-gather dispatch + reduce-scatter combine (004 §II-C)
+  dymultimem    dynamic multimem multicast + in-switch reduction (004 §III)
+  explicit      the same bytes with one address per target in every packet (004 §III-A)
+schedule (how the four phases overlap):
+  serial        dispatch, GEMM-1, GEMM-2, combine one after another (DeepEP, NVLS, Basic)
+  coarse        n-chunk pipeline of comm against GEMMs (FasterMoE, Tutel adaptive n)
+  fine          two fused kernels, dispatch+GEMM-1 then GEMM-2+combine (CCFuser, COMET)
+  fused         token-centric tile pipeline of all four phases (004 §IV)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from moejax.errors import ConfigError
+from moejax.hardware import Platform
+from moejax.models import ModelSpec
+
+PRIMITIVES = ("unicast_pair", "unicast_rank", "nvls", "dymultimem", "explicit")
+SCHEDULES = ("serial", "coarse", "fine", "fused")
+COMBINES = ("per_gpu", "per_expert")  # spec §7.5 variant A (default) / variant B (literal)
+PHASES = ("forward", "training")
+IN_SWITCH = ("nvls", "dymultimem", "explicit")  # need switch multicast / reduction
+
+# 004 §IV-B: "tsize = 128", the GEMM tile height (checked by Fig. 30).
+TILE_TOKENS = 128
+# DeepSeek-V3 technical report §3.2.2: 20 of the H800's 132 SMs run the all-to-all kernels.
+# Spec §7.8: 004 gives no SM split, so every overlapped schedule reserves these for comm.
+COMM_SMS = 20
+# 004 §III-B Fig. 7: target-extension flits hold eight 16-bit expert ids each.
+TARGETS_PER_FLIT = 8
+# Explicit addressing (004 §III-A): one 64-bit destination address per target (spec §7.6).
+EXPLICIT_ADDRESS_BYTES = 8
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DyConfig:
+    """Static configuration of one (primitive, schedule) system (hashable by identity).
+
+    tokens_per_gpu: tokens each GPU owns per layer (0: the trace's own token count); the
+      trace's N tokens are a sample whose port loads and expert counts are scaled by
+      `tokens_per_gpu * G / N` (exact in the flow model, spec §6).
+    chunks: chunk counts the coarse pipeline may use (the best one is taken: Tutel's adaptive
+      pipelining degree); one value = a fixed count (FasterMoE).
+    comm_sms: SMs that run communication while GEMMs run (overlapped schedules only).
+    """
+
+    platform: Platform
+    model: ModelSpec
+    primitive: str = "dymultimem"
+    schedule: str = "fused"
+    combine: str = "per_gpu"
+    phase: str = "forward"
+    chunks: tuple[int, ...] = (1,)
+    comm_sms: int = COMM_SMS
+    tile_tokens: int = TILE_TOKENS
+    tokens_per_gpu: int = 0
+    gemm_dtype: str = "fp8"  # 004 §V-A FP8 GEMM kernels
+    comm_bytes_per_element: float = 2.0  # spec §7.2: BF16 dispatch and combine
+    nvls_self_copy: bool = False  # spec §7.11
+    name: str = "dysharp"
+
+    @property
+    def num_devices(self) -> int:
+        return self.platform.num_devices
+
+    @property
+    def token_bytes(self) -> float:
+        """Bytes of one token vector on the wire (dispatch and combine alike)."""
+        return self.model.hidden_size * self.comm_bytes_per_element
+
+    @property
+    def latency_s(self) -> float:
+        """One-way GPU-switch-GPU latency (004 §V-A: 2 x 250 ns)."""
+        return self.platform.topology.hop_latency_s
+
+    @property
+    def gemm_share(self) -> float:
+        """Fraction of the SMs left to GEMMs when comm runs beside them."""
+        if self.schedule == "serial":
+            return 1.0
+        sms = max(self.platform.device.sm_count, 1)
+        return 1.0 - min(self.comm_sms, sms - 1) / sms
+
+
+@struct.dataclass
+class DyParams:
+    """Tunable parameters: placement [E, G] (or [L, E, G]) share matrix, tau (0 = exact)."""
+
+    placement: jax.Array
+    tau: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
+
+
+def contiguous_placement(num_experts: int, num_devices: int) -> np.ndarray:
+    """Expert e on GPU e * G // E (004 §III-D2: OutPort = Target / experts_per_GPU)."""
+    return np.eye(num_devices, dtype=np.float32)[np.arange(num_experts) * num_devices
+                                                  // num_experts]
+
+
+def make_config(platform: Platform, model: ModelSpec, **kw) -> DyConfig:
+    """Validated DyConfig; unknown or out-of-range values raise ConfigError naming the field."""
+    cfg = DyConfig(platform, model, **kw)
+    checks = [("primitive", cfg.primitive, PRIMITIVES), ("schedule", cfg.schedule, SCHEDULES),
+              ("combine", cfg.combine, COMBINES), ("phase", cfg.phase, PHASES)]
+    for field, value, allowed in checks:
+        if value not in allowed:
+            raise ConfigError(f"{field} = {value!r}; allowed: {', '.join(allowed)}")
+    if platform.topology.kind != "switch":
+        raise ConfigError(f"hardware {platform.name}: topology kind = "
+                          f"{platform.topology.kind!r}; allowed: switch (NVLink switch fabric)")
+    if cfg.primitive in IN_SWITCH and not platform.topology.in_switch_compute:
+        raise ConfigError(f"primitive = {cfg.primitive!r} needs in-switch compute, which "
+                          f"hardware {platform.name} lacks (topology.in_switch_compute = false)")
+    if not cfg.chunks or any(int(c) != c or c < 1 for c in cfg.chunks):
+        raise ConfigError(f"chunks = {list(cfg.chunks)}; allowed: a non-empty list of ints >= 1")
+    if cfg.tile_tokens < 1:
+        raise ConfigError(f"tile_tokens = {cfg.tile_tokens}; allowed: an int >= 1")
+    if cfg.tokens_per_gpu < 0:
+        raise ConfigError(f"tokens_per_gpu = {cfg.tokens_per_gpu}; allowed: an int >= 0")
+    if not 0 <= cfg.comm_sms < max(platform.device.sm_count, 1):
+        raise ConfigError(f"comm_sms = {cfg.comm_sms}; allowed: 0 .. "
+                          f"{max(platform.device.sm_count, 1) - 1}")
+    if cfg.gemm_dtype not in dict(platform.device.peak_flops):
+        raise ConfigError(f"gemm_dtype = {cfg.gemm_dtype!r}; allowed: "
+                          f"{', '.join(dict(platform.device.peak_flops))}")
+    return cfg
+
+
+def default_params(cfg: DyConfig) -> DyParams:
+    """Contiguous placement, hard mode."""
+    return DyParams(placement=jnp.asarray(contiguous_placement(cfg.model.num_experts,
+                                                               cfg.num_devices)))

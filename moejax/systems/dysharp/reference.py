@@ -1,0 +1,152 @@
+"""Plain-Python reference of `system.moe_layer` in hard mode (tests: vectorized == reference).
+
+Loops over tokens and their experts for the port bytes (one packet decision per token and
+destination, spec §2 table), over GPUs, experts and GEMM tiles for the expert time, and
+applies the schedule rules of `schedule.py` with Python `max`. Same rules, no JAX.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from moejax.systems.dysharp import packet
+from moejax.systems.dysharp.config import DyConfig
+
+BACKWARD_GEMM_FACTOR = 2.0  # as system.BACKWARD_GEMM_FACTOR (spec §7.3)
+
+
+def port_loads(cfg: DyConfig, expert_ids, token_mask, placement):
+    """[4][G] token vectors (dispatch up/down, combine up/down) of the config's primitive;
+    placement must be one-hot (an expert on one GPU)."""
+    g = cfg.num_devices
+    home = [int(np.argmax(row)) for row in np.asarray(placement)]
+    loads = [[0.0] * g for _ in range(4)]
+    n_tok = [0] * g
+    tokens = []
+    for n in range(len(expert_ids)):
+        experts = [int(e) for e in expert_ids[n] if e >= 0]
+        if not token_mask[n] or not experts:
+            continue
+        s = n % g
+        n_tok[s] += 1
+        per_gpu: dict[int, int] = {}
+        for e in experts:
+            per_gpu[home[e]] = per_gpu.get(home[e], 0) + 1
+        tokens.append((s, per_gpu))
+    total = sum(n_tok)
+    if cfg.primitive == "nvls":
+        for d in range(g):
+            others = total - n_tok[d] + (n_tok[d] if cfg.nvls_self_copy else 0)
+            loads[0][d] += n_tok[d]
+            loads[1][d] += others
+            loads[2][d] += others
+            loads[3][d] += n_tok[d]
+        return loads
+    literal = cfg.primitive in ("dymultimem", "explicit") and cfg.combine == "per_expert"
+    for s, per_gpu in tokens:
+        remote = {d: c for d, c in per_gpu.items() if d != s}
+        if cfg.primitive == "unicast_pair":
+            up = sum(remote.values())
+            for d, c in remote.items():
+                loads[1][d] += c
+                loads[2][d] += c
+        elif cfg.primitive == "unicast_rank":
+            up = len(remote)
+            for d in remote:
+                loads[1][d] += 1
+                loads[2][d] += 1
+        elif literal:  # every target through the switch, one partial per expert
+            up = 1
+            for d, c in per_gpu.items():
+                loads[1][d] += 1
+                loads[2][d] += c
+        else:  # dymultimem / explicit, per-GPU combine: one copy up, one partial per GPU
+            up = 1 if remote else 0
+            for d in remote:
+                loads[1][d] += 1
+                loads[2][d] += 1
+        loads[0][s] += up
+        loads[3][s] += up
+    return loads
+
+
+def gemm_times_s(cfg: DyConfig, tokens_de):
+    """(GEMM-1 [G], GEMM-2 [G]) seconds: whole tiles per expert, weights read once."""
+    m, dev = cfg.model, cfg.platform.device
+    peak = dev.flops(cfg.gemm_dtype)
+    hf = m.hidden_size * m.expert_ffn_size
+    x1, x2 = [], []
+    for d in range(cfg.num_devices):
+        t1 = t2 = 0.0
+        for e in range(m.num_experts):
+            rows = float(tokens_de[d][e])
+            tiles = 0
+            while tiles * cfg.tile_tokens < rows - 1e-6 * cfg.tile_tokens:  # tile by tile
+                tiles += 1
+            used = 1.0 if rows > 0 else 0.0
+            for mats, acc in ((m.ffn_matrices - 1, 1), (1, 2)):
+                comp = tiles * cfg.tile_tokens * 2.0 * mats * hf / peak
+                mem = used * mats * hf * m.weight_bytes / dev.memory_Bps
+                if acc == 1:
+                    t1 += max(comp, mem)
+                else:
+                    t2 += max(comp, mem)
+        x1.append(t1)
+        x2.append(t2)
+    return x1, x2
+
+
+def layer_time_s(cfg: DyConfig, wire, x1, x2):
+    """Schedule rules of `schedule.layer_time_s` on Python floats: (latency, comm, gemm)."""
+    bw, lat = cfg.platform.topology.link_Bps, cfg.latency_s
+    eta = packet.payload_efficiency(cfg.platform, cfg.primitive, cfg.model.top_k)
+    cd = max(max(wire[0][d], wire[1][d]) for d in range(cfg.num_devices)) / bw + lat
+    cc = max(max(wire[2][d], wire[3][d]) for d in range(cfg.num_devices)) / bw + lat
+    x = max(a + b for a, b in zip(x1, x2, strict=True))
+    share = cfg.gemm_share
+    m = cfg.model
+    tok = cfg.tile_tokens
+    hf = m.hidden_size * m.expert_ffn_size
+    peak = cfg.platform.device.flops(cfg.gemm_dtype) * share
+    tile_comm = tok * cfg.token_bytes / (eta * bw)
+    fill = (2 * tile_comm + tok * 2.0 * (m.ffn_matrices - 1) * hf / peak + tok * 2.0 * hf / peak
+            + 2 * lat)
+    if cfg.schedule == "serial":
+        t = cd + max(x1) + max(x2) + cc
+    elif cfg.schedule == "coarse":
+        c = cd + cc
+        t = min(max(c, x) + min(c, x) / n + (n - 1) * 2 * lat for n in cfg.chunks)
+    elif cfg.schedule == "fine":
+        t = max(cd, max(x1) / share) + max(max(x2) / share, cc) + fill
+    else:
+        up = max(wire[0][d] + wire[2][d] for d in range(cfg.num_devices)) / bw
+        down = max(wire[1][d] + wire[3][d] for d in range(cfg.num_devices)) / bw
+        t = max(up, down, x / share) + fill
+    return t, cd + cc, x
+
+
+def moe_layer(cfg: DyConfig, expert_ids, token_mask, counts, placement):
+    """dict latency_s / comm_s / gemm_s / traffic_bytes of one layer (hard mode)."""
+    expert_ids, token_mask = np.asarray(expert_ids), np.asarray(token_mask)
+    placement = np.asarray(placement)
+    n_real = sum(1 for n in range(len(expert_ids))
+                 if token_mask[n] and any(e >= 0 for e in expert_ids[n]))
+    scale = (cfg.tokens_per_gpu * cfg.num_devices / max(n_real, 1)
+             if cfg.tokens_per_gpu > 0 else 1.0)
+    eta = packet.payload_efficiency(cfg.platform, cfg.primitive, cfg.model.top_k)
+    loads = port_loads(cfg, expert_ids, token_mask, placement)
+    wire = [[v * scale * cfg.token_bytes / eta for v in row] for row in loads]
+    tokens_de = [[float(counts[e]) * float(placement[e][d]) * scale
+                  for e in range(cfg.model.num_experts)] for d in range(cfg.num_devices)]
+    x1, x2 = gemm_times_s(cfg, tokens_de)
+    t, c, x = layer_time_s(cfg, wire, x1, x2)
+    passes = 1.0
+    if cfg.phase == "training":
+        f = BACKWARD_GEMM_FACTOR
+        tb, cb, xb = layer_time_s(cfg, wire, [f * v for v in x1], [f * v for v in x2])
+        t, c, x, passes = t + tb, c + cb, x + xb, 2.0
+    total = sum(sum(row) for row in loads) * scale * cfg.token_bytes * passes
+    assert math.isfinite(t)
+    return {"latency_s": t, "comm_s": c, "gemm_s": x, "traffic_bytes": total}

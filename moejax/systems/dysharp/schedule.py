@@ -1,0 +1,70 @@
+"""Layer time of each schedule from port loads and GEMM times (spec §2 "Schedules").
+
+Inputs are per layer: `loads` [4, G] wire bytes (dispatch up / down, combine up / down, already
+divided by payload efficiency), `x1` / `x2` [G] GEMM-1 / GEMM-2 seconds at the full SM count,
+and the one-tile terms of `TileTerms`. Ports are full duplex: a phase ends when its busiest port
+direction drains (`physics.collectives.phase_time_s`, per-direction port bandwidth).
+
+serial   Cd + X1 + X2 + Cc                                   (DeepEP, NVLS, DySHARP-Basic)
+coarse   min_n max(C, X) + min(C, X) / n + (n - 1) * 2 lat   (FasterMoE n fixed, Tutel best n)
+fine     max(Cd, X1') + max(X2', Cc) + fill + drain          (CCFuser, COMET, DySHARP-COMET)
+fused    max(max_g sum U / B, max_g sum V / B, X') + fill + drain   (004 §IV)
+X' = X / gemm_share (SMs left to GEMMs while comm kernels run). fill + drain = the first
+tile's dispatch, GEMM-1 and GEMM-2 and the last tile's combine plus one round trip (004 §IV:
+tiles of tsize tokens pace the pipeline).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import struct
+
+from moejax import relax
+
+
+@struct.dataclass
+class TileTerms:
+    """One tile's time in each phase (seconds): dispatch, GEMM-1, GEMM-2, combine; rtt."""
+
+    dispatch_s: jnp.ndarray
+    gemm1_s: jnp.ndarray
+    gemm2_s: jnp.ndarray
+    combine_s: jnp.ndarray
+    rtt_s: jnp.ndarray
+
+    @property
+    def fill_drain_s(self):
+        return self.dispatch_s + self.gemm1_s + self.gemm2_s + self.combine_s + self.rtt_s
+
+
+def phase_times_s(loads, link_Bps, latency_s, tau=0.0):
+    """(Cd, Cc): dispatch and combine phase seconds when each runs alone."""
+    busy = loads / link_Bps  # [4, G]
+    cd = relax.max(relax.maximum(busy[0], busy[1], tau), tau) + latency_s
+    cc = relax.max(relax.maximum(busy[2], busy[3], tau), tau) + latency_s
+    return cd, cc
+
+
+def layer_time_s(schedule: str, loads, x1, x2, link_Bps, latency_s, gemm_share: float,
+                 chunks: tuple[int, ...], tile: TileTerms, tau=0.0):
+    """dict: latency_s, comm_s (Cd + Cc alone), gemm_s (slowest GPU, full SMs) of one layer."""
+    cd, cc = phase_times_s(loads, link_Bps, latency_s, tau)
+    x = relax.max(x1 + x2, tau)
+    x1m, x2m = relax.max(x1, tau), relax.max(x2, tau)
+    if schedule == "serial":
+        t = cd + x1m + x2m + cc
+    elif schedule == "coarse":
+        c = cd + cc
+        hi, lo = relax.maximum(c, x, tau), relax.minimum(c, x, tau)
+        opts = jnp.stack([hi + lo / n + (n - 1) * 2 * latency_s for n in chunks])
+        t = relax.min(opts, tau, axis=0)
+    elif schedule == "fine":
+        t = (relax.maximum(cd, x1m / gemm_share, tau) + relax.maximum(x2m / gemm_share, cc, tau)
+             + tile.fill_drain_s)
+    elif schedule == "fused":
+        up = relax.max((loads[0] + loads[2]) / link_Bps, tau)  # seconds, as tau
+        down = relax.max((loads[1] + loads[3]) / link_Bps, tau)
+        t = relax.max(jnp.stack([up, down, x / gemm_share]), tau, axis=0) + tile.fill_drain_s
+    else:
+        raise ValueError(schedule)
+    return {"latency_s": t, "comm_s": cd + cc, "gemm_s": x}

@@ -1,0 +1,292 @@
+"""One MoE layer on an NVLink switch fabric under each (primitive, schedule) system of 004.
+
+`moe_layer` is a pure function of one layer's routing (expert ids [N, K], mask [N], counts
+[E]) and the placement; `build` scans it over a trace's iterations (layers vmapped), as
+`systems.ep.build` does; the runner (`engine.simulate`) jits and vmaps over traces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from moejax import relax
+from moejax.engine import System
+from moejax.errors import ConfigError
+from moejax.hardware import Platform
+from moejax.models import ModelSpec
+from moejax.systems import ep
+from moejax.systems.dysharp import packet, schedule, traffic
+from moejax.systems.dysharp.config import (
+    COMBINES,
+    PHASES,
+    PRIMITIVES,
+    SCHEDULES,
+    DyConfig,
+    DyParams,
+    contiguous_placement,
+    make_config,
+)
+from moejax.trace import Trace
+
+# backward pass of a layer (spec §7.3): the same dispatch / combine bytes (the gradient of a
+# combine is a multicast, of a dispatch a reduction), GEMMs twice the forward FLOPs (dgrad
+# + wgrad), weights read again.
+BACKWARD_GEMM_FACTOR = 2.0
+
+
+@functools.cache
+def _attention_cfg(platform: Platform, model: ModelSpec):
+    return ep.make_config(platform, model, attention="dp")
+
+
+def efficiency(cfg: DyConfig) -> float:
+    """Payload efficiency of the config's primitive (004 §III-A, Fig. 7)."""
+    return packet.payload_efficiency(cfg.platform, cfg.primitive, cfg.model.top_k)
+
+
+def token_scale(cfg: DyConfig, n_real):
+    """Factor from the trace's sampled tokens to `tokens_per_gpu * G` tokens (1 if unset)."""
+    if cfg.tokens_per_gpu <= 0:
+        return jnp.float32(1.0)
+    return cfg.tokens_per_gpu * cfg.num_devices / jnp.maximum(n_real, 1.0)
+
+
+def gemm_times_s(cfg: DyConfig, tokens_de, tau, tau_s=0.0):
+    """GEMM-1 (gate + up) and GEMM-2 (down) seconds per GPU [G] (roofline per local expert).
+
+    tokens_de [G, E]: tokens of expert e on GPU d; tau in tokens, tau_s in seconds. Hard mode
+    pads each expert's rows to whole tiles of `tile_tokens` (a tiled grouped GEMM computes
+    whole tiles); an expert with any tokens reads its weights once (`ep.expert_time_s`).
+    """
+    m, dev = cfg.model, cfg.platform.device
+    rows = jnp.where(tau > 0, tokens_de,
+                     jnp.ceil(tokens_de / cfg.tile_tokens - 1e-6) * cfg.tile_tokens)
+    used = relax.positive(tokens_de, tau)
+    peak = dev.flops(cfg.gemm_dtype)
+    hf = m.hidden_size * m.expert_ffn_size
+
+    def gemm(mats):
+        comp = rows * 2.0 * mats * hf / peak
+        mem = used * mats * hf * m.weight_bytes / dev.memory_Bps
+        return relax.maximum(comp, mem, tau_s).sum(-1)
+
+    return gemm(m.ffn_matrices - 1), gemm(1)
+
+
+def tile_terms(cfg: DyConfig, eta: float) -> schedule.TileTerms:
+    """One tile of `tile_tokens` tokens in each phase (004 §IV-B token-paced pipeline)."""
+    m, dev = cfg.model, cfg.platform.device
+    tok = cfg.tile_tokens
+    comm = tok * cfg.token_bytes / (eta * cfg.platform.topology.link_Bps)
+    peak = dev.flops(cfg.gemm_dtype) * cfg.gemm_share
+    hf = m.hidden_size * m.expert_ffn_size
+    return schedule.TileTerms(
+        dispatch_s=jnp.float32(comm),
+        gemm1_s=jnp.float32(tok * 2.0 * (m.ffn_matrices - 1) * hf / peak),
+        gemm2_s=jnp.float32(tok * 2.0 * hf / peak),
+        combine_s=jnp.float32(comm),
+        rtt_s=jnp.float32(2 * cfg.latency_s),
+    )
+
+
+def moe_layer(cfg: DyConfig, params: DyParams, expert_ids, token_mask, counts):
+    """Metrics of one MoE layer: expert_ids [N, K], token_mask [N], counts [E] (tokens per
+    expert). Times in seconds, bytes per GPU port at `tokens_per_gpu` scale."""
+    place = params.placement.astype(jnp.float32)
+    n_real = (token_mask & (expert_ids >= 0).any(-1)).sum().astype(jnp.float32)
+    loads = traffic.port_loads(expert_ids, token_mask, place, cfg.nvls_self_copy)
+    return layer_from_loads(cfg, params, loads, counts, n_real, token_scale(cfg, n_real))
+
+
+def layer_from_loads(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale):
+    """`moe_layer` from `traffic.port_loads` [5, 4, G] (token vectors of the sampled tokens)
+    and the factor `scale` to the simulated token count (several systems share one load pass).
+
+    One `relax.branch` around the whole layer: hard mode (tau = 0) is plain arithmetic.
+    """
+    return relax.branch(params.tau, lambda tau: _layer(cfg, params.placement, port_loads,
+                                                       counts, n_real, scale, tau))
+
+
+def _layer(cfg: DyConfig, placement, port_loads, counts, n_real, scale, tau):
+    g = cfg.num_devices
+    place = placement.astype(jnp.float32)
+    eta = efficiency(cfg)
+    bw = cfg.platform.topology.link_Bps
+    all_loads = port_loads * scale * cfg.token_bytes  # [5, 4, G] payload bytes
+    loads = all_loads[traffic.load_index(cfg.primitive, cfg.combine)]
+    wire = loads / eta
+    tau_s = tau * cfg.latency_s  # dimensionless tau -> seconds
+    tokens_de = (counts[:, None] * place).T * scale  # [G, E]
+    x1, x2 = gemm_times_s(cfg, tokens_de, tau, tau_s)
+    tile = tile_terms(cfg, eta)
+
+    def one_pass(gemm_factor):
+        return schedule.layer_time_s(cfg.schedule, wire, gemm_factor * x1, gemm_factor * x2,
+                                     bw, cfg.latency_s, cfg.gemm_share, cfg.chunks, tile, tau_s)
+
+    fwd = one_pass(1.0)
+    n_tok = n_real * scale
+    att, _ = ep.attention_time_s(_attention_cfg(cfg.platform, cfg.model), n_tok, tau_s)
+    if cfg.phase == "training":
+        bwd = one_pass(BACKWARD_GEMM_FACTOR)
+        out = {k: fwd[k] + bwd[k] for k in fwd}
+        att = att * (1.0 + BACKWARD_GEMM_FACTOR)
+        passes = 2.0
+    else:
+        out, passes = fwd, 1.0
+    # DualPipe (DeepSeek-V3 §3.2.1): the comm of one micro-batch hides under the compute
+    # (attention + experts) of another; an end-to-end block costs the larger of the two.
+    block_dualpipe = relax.maximum(out["comm_s"], out["gemm_s"] + att, tau_s)
+    pay = all_loads.sum((1, 2))  # [5] payload bytes per primitive
+    rank, dyn, nvls = (all_loads[traffic.LOAD_KINDS.index(k)] for k in
+                       ("unicast_rank", "dymultimem", "nvls"))
+    total = loads.sum() * passes
+    return {
+        "latency_s": out["latency_s"],
+        "comm_s": out["comm_s"],
+        "gemm_s": out["gemm_s"],
+        "exposed_comm_s": jnp.maximum(out["latency_s"] - out["gemm_s"], 0.0),
+        "attention_s": att,
+        "block_s": out["latency_s"] + att,
+        "block_dualpipe_s": block_dualpipe,
+        "port_up_bytes": (loads[0] + loads[2]) * passes,
+        "port_down_bytes": (loads[1] + loads[3]) * passes,
+        "traffic_bytes": total,
+        "traffic_by_primitive_bytes": pay * passes,
+        "redundancy": 1.0 - dyn.sum() / jnp.maximum(rank.sum(), 1e-30),
+        "nvls_useless": nvls[1].sum() / jnp.maximum(rank[1].sum(), 1e-30) - 1.0,
+        "bw_util": total / eta / jnp.maximum(out["latency_s"] * 2 * g * bw, 1e-30),
+        "gemm_util": out["gemm_s"] / jnp.maximum(out["latency_s"], 1e-30),
+        "tokens": n_tok,
+        "expert_tokens": tokens_de.sum(-1),
+    }
+
+
+def layers_of(cfg: DyConfig, params: DyParams, expert_ids, token_mask, counts):
+    """`moe_layer` of every layer (ids [L, N, K], counts [L, E]); [L, E, G] placements too."""
+    if params.placement.ndim == 3:
+        return jax.vmap(lambda i, c, p: moe_layer(cfg, params.replace(placement=p), i,
+                                                  token_mask, c))(expert_ids, counts,
+                                                                  params.placement)
+    return jax.vmap(lambda i, c: moe_layer(cfg, params, i, token_mask, c))(expert_ids, counts)
+
+
+SCALARS = ("latency_s", "comm_s", "gemm_s", "exposed_comm_s", "attention_s", "block_s",
+           "block_dualpipe_s", "traffic_bytes", "redundancy", "nvls_useless", "bw_util",
+           "gemm_util", "tokens")
+VECTORS = ("port_up_bytes", "port_down_bytes", "traffic_by_primitive_bytes", "expert_tokens")
+
+
+@struct.dataclass
+class DyState:
+    trace: Trace
+    sums: dict  # name -> running sum over iterations of the layer mean
+    iterations: jax.Array
+
+
+def build(cfg: DyConfig, num_iterations: int) -> System:
+    """The layer model as an init / step / finish system over `num_iterations` iterations."""
+    g = cfg.num_devices
+
+    def init(params: DyParams, trace: Trace, key):
+        del key
+        ep.check_layers(params.placement, trace.counts.shape[-2])
+        sums = {k: jnp.float32(0.0) for k in SCALARS}
+        sums.update(port_up_bytes=jnp.zeros(g), port_down_bytes=jnp.zeros(g),
+                    expert_tokens=jnp.zeros(g),
+                    traffic_by_primitive_bytes=jnp.zeros(len(traffic.LOAD_KINDS)))
+        return DyState(trace, sums, jnp.float32(0.0))
+
+    def step(params: DyParams, state: DyState, t):
+        tr = state.trace
+        layers = layers_of(cfg, params, tr.expert_ids[t], tr.token_mask[t], tr.counts[t])
+        real = (tr.counts[t][0].sum() > 0).astype(jnp.float32)
+        sums = {k: state.sums[k] + real * layers[k].mean(0) for k in state.sums}
+        return state.replace(sums=sums, iterations=state.iterations + real), \
+            layers["latency_s"].mean()
+
+    def finish(params: DyParams, state: DyState, outs):
+        n = jnp.maximum(state.iterations, 1.0)
+        out = {k: v / n for k, v in state.sums.items()}
+        m = cfg.model
+        per_block = out["block_dualpipe_s"] if cfg.name == "dualpipe" else out["block_s"]
+        forward = m.num_sparse_layers * per_block + m.num_dense_layers * out["attention_s"]
+        out.update(
+            forward_s=forward,
+            compute_s=out["gemm_s"],
+            memory_s=jnp.float32(0.0),
+            utilization_mean=out["gemm_util"],
+            tokens_per_s=out["tokens"] / jnp.maximum(out["latency_s"], 1e-30),
+            layer_latency_per_iter_s=outs,
+        )
+        return out
+
+    return System(name=f"dysharp:{cfg.name}", init=init, step=step, finish=finish,
+                  num_steps=num_iterations)
+
+
+# --- policy options ------------------------------------------------------------------------
+
+def _chunks(t) -> tuple[int, ...]:
+    value = t._get("chunks", [1], False)
+    value = value if isinstance(value, list) else [value]
+    if not value or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1
+                            for c in value):
+        raise ConfigError(f"{t.where}: key 'chunks' = {value!r}; allowed: a non-empty list of "
+                          "ints >= 1")
+    return tuple(value)
+
+
+def _read_options(t, platform: Platform | None = None, model: ModelSpec | None = None):
+    opts = dict(
+        primitive=t.str("primitive", "dymultimem", choices=PRIMITIVES),
+        schedule=t.str("schedule", "fused", choices=SCHEDULES),
+        combine=t.str("combine", "per_gpu", choices=COMBINES),
+        phase=t.str("phase", "forward", choices=PHASES),
+        chunks=_chunks(t),
+        comm_sms=t.int("comm_sms", 20, lo=0),
+        tile_tokens=t.int("tile_tokens", 128, lo=1),
+        tokens_per_gpu=t.int("tokens_per_gpu", 0, lo=0),
+        name=t.str("label", "dysharp"),
+    )
+    placement = t._get("placement", "contiguous", False)
+    shares = t._get("replica_shares", None, False)
+    t.close()
+    return opts, placement, shares
+
+
+def check_options(t) -> None:
+    """Validate a policy's [options] for the DySHARP family (names, types, ranges)."""
+    _read_options(t)
+
+
+def placement_of(placement, shares, model: ModelSpec, platform: Platform, where: str):
+    """[E, G] (or [L, E, G]) share matrix from a policy's `placement` option."""
+    if isinstance(placement, str):
+        if placement != "contiguous":
+            raise ConfigError(f"{where}: key 'placement' = {placement!r}; allowed: contiguous, "
+                              "or a list of device ids per expert (replica lists allowed)")
+        return contiguous_placement(model.num_experts, platform.num_devices)
+    return ep.placement_from_option(placement, shares, model.num_experts,
+                                    platform.num_devices, where)
+
+
+def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
+    """(System, params) of one DySHARP-family policy."""
+    opts, placement, shares = _read_options(t, platform, model)
+    cfg = make_config(platform, model, **opts)
+    p = placement_of(placement, shares, model, platform, t.where)
+    return build(cfg, num_iterations), DyParams(placement=jnp.asarray(p, jnp.float32))
+
+
+def replace(cfg: DyConfig, **kw) -> DyConfig:
+    """A validated copy of `cfg` with some fields changed."""
+    fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+              if f.name not in ("platform", "model")}
+    return make_config(cfg.platform, cfg.model, **{**fields, **kw})

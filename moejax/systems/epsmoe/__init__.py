@@ -1,0 +1,1 @@
+"""EPS-MoE (paper 003): parallel modes, GEMM kernel switch, expert pipeline, SM split."""

@@ -1,0 +1,191 @@
+"""EPS-MoE (003): closed forms of the spec, vectorized == reference, vmap == loop."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from moejax import engine
+from moejax.errors import ConfigError
+from moejax.hardware import load_platform
+from moejax.models import load_model
+from moejax.physics import gemm
+from moejax.systems.epsmoe import layer, reference
+from moejax.systems.epsmoe.config import default_params, make_config
+from moejax.systems.epsmoe.system import build
+from moejax.trace import activated_experts_expected, device_limited, gen  # noqa: I001
+
+H8 = load_platform("h800x8")
+H4 = load_platform("h800x4")
+DSV2 = load_model("deepseek-v2")
+MIX = load_model("mixtral-8x7b")
+
+
+@pytest.fixture(scope="module")
+def dsv2_ids():
+    tr = gen.generate("powerlaw:alpha=1.2", jax.random.key(3), num_traces=1, iterations=1,
+                      layers=1, tokens=256, num_experts=160, top_k=6)
+    ids = np.asarray(tr.expert_ids[0, 0, 0])
+    mask = np.ones(256, bool)
+    mask[250:] = False
+    return ids, mask
+
+
+def _block(cfg, ids, mask, scale=4.0, switch=64.0, **changes):
+    """One block, jitted, under params holding the config's values (+ changes)."""
+    p = default_params(cfg, switch_rows=switch, **changes)
+    return _jit_block(cfg)(p, jnp.asarray(ids), jnp.asarray(mask), jnp.float32(scale))
+
+
+_JIT = {}
+
+
+def _jit_block(cfg):
+    """One compile per (mode, model, platform): pn, kernel, SMs, fp8 are traced params."""
+    key = (cfg.mode, cfg.model.name, cfg.platform.name)
+    if key not in _JIT:
+        _JIT[key] = jax.jit(lambda p, i, m, s: layer.block(cfg, p, i, m, s))
+    return _JIT[key]
+
+
+def test_activated_experts_closed_form():
+    m = np.array([1, 4, 16, 64, 256])
+    np.testing.assert_allclose(activated_experts_expected(m, 6, 160),
+                               [6.00, 22.68, 73.20, 146.14, 159.99], atol=0.01)
+    np.testing.assert_allclose(activated_experts_expected(m, 2, 8),
+                               [2.00, 5.47, 7.92, 8.00, 8.00], atol=0.01)
+
+
+def test_wave_fill_fractions():
+    rows = jnp.array([2048.0, 3072.0, 4096.0, 4608.0, 6144.0])
+    t = gemm.tiles(rows, 1536, gemm.GemmProfile())
+    np.testing.assert_array_equal(t, 12 * np.ceil(np.asarray(rows) / 128))
+    np.testing.assert_allclose(gemm.fill_fraction(t, 132),
+                               [192 / 264, 288 / 396, 384 / 396, 432 / 528, 576 / 660])
+
+
+@pytest.mark.parametrize("mode,pn,kernel,sm", [
+    ("tp-tp", 1, "group", 0), ("dp-ep", 1, "group", 0), ("dp-ep", 4, "threshold", 116),
+    ("tp-ep", 5, "adaptive", 0), ("dp-ep", 20, "dense", 124)])
+def test_vectorized_equals_reference(dsv2_ids, mode, pn, kernel, sm):
+    ids, mask = dsv2_ids
+    cfg = make_config(H8, DSV2, mode=mode, pn=pn, gemm=kernel, sm_gemm=sm, fp8_comm=pn == 5)
+    v = _block(cfg, ids, mask)
+    r = reference.block(cfg, ids.tolist(), mask.tolist(), 4.0, 64.0)
+    for k in r:
+        np.testing.assert_allclose(float(v[k]), r[k], rtol=2e-5, err_msg=k)
+
+
+def test_volumes_and_order(dsv2_ids):
+    """E4-E6 from the simulated traffic: exact ring volumes, all2all bounded by the g-dedup
+    closed form, V_DP+EP < V_TP+EP < V_TP+TP (E7), chunk volume non-decreasing in N with
+    N = 1 the per-device dedup and N = E_loc the per-(token, expert) volume (check 8)."""
+    ids, mask = dsv2_ids
+    d, tb, scale = 8, DSV2.token_bytes, 4.0
+    p = mask.sum() * scale * tb
+    vol = {}
+    for mode in ("tp-tp", "dp-ep", "tp-ep"):
+        vol[mode] = float(_block(make_config(H8, DSV2, mode=mode), ids, mask, scale)[
+            "bytes_per_device"])
+    assert vol["tp-tp"] == pytest.approx(2 * 2 * (p / d) * (d - 1), rel=1e-6)
+    owner = np.arange(len(mask)) % d
+    remote_dev = sum(len({e // 20 for e in ids[n]} - {owner[n]}) for n in range(250))
+    remote_pair = sum(sum(e // 20 != owner[n] for e in ids[n]) for n in range(250))
+    assert vol["dp-ep"] == pytest.approx(2 * remote_dev * scale * tb / d, rel=1e-6)
+    assert vol["tp-ep"] == pytest.approx(vol["dp-ep"] + 2 * (p / d) * (d - 1), rel=1e-6)
+    assert vol["dp-ep"] < vol["tp-ep"] < vol["tp-tp"]
+    by_n = [float(_block(make_config(H8, DSV2, mode="dp-ep", pn=n, gemm="dense"), ids, mask,
+                         scale)["bytes_per_device"]) for n in (1, 2, 20)]
+    assert by_n[0] == pytest.approx(vol["dp-ep"], rel=1e-6)
+    assert by_n[2] == pytest.approx(2 * remote_pair * scale * tb / d, rel=1e-6)
+    assert by_n[0] <= by_n[1] <= by_n[2]
+
+
+def test_conservation_and_bounds(dsv2_ids):
+    ids, mask = dsv2_ids
+    cfg = make_config(H8, DSV2, mode="dp-ep", pn=4)
+    sent, rows = layer.chunk_demand(cfg, jnp.asarray(ids), jnp.asarray(mask), 3.0,
+                                    jnp.float32(4.0))
+    assert float(rows.sum()) == pytest.approx(250 * 6 * 3.0)
+    out = _block(cfg, ids, mask)
+    assert float(out["moe_s"]) >= max(float(out["chunk_comm_s"].sum()),
+                                      float(out["chunk_gemm_s"].sum())) - 1e-9
+
+
+def test_flow_shop_closed_form_and_reference():
+    for n in (1, 2, 5, 20):
+        x, y = jnp.full(n, 3.0 / n), jnp.full(n, 7.0 / n)
+        assert float(layer.flow_shop_s(x, y)) == pytest.approx(7.0 + 3.0 / n, rel=1e-6)
+        assert float(layer.flow_shop_s(y, x)) == pytest.approx(7.0 + 3.0 / n, rel=1e-6)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x, y = rng.uniform(0, 1, 7), rng.uniform(0, 1, 7)
+        assert float(layer.flow_shop_s(jnp.asarray(x), jnp.asarray(y))) == pytest.approx(
+            reference.two_stream(list(x), list(y)), rel=1e-6)
+
+
+def test_pn_optimum_is_sqrt_c_over_k():
+    c, k = 1.10e-3, 15e-6  # spec check 5 (DeepSeek-V2, 4096 tokens/device)
+    grid = np.linspace(1, 20, 190001)
+    gain = np.asarray(layer.pipeline_gain_s(c, grid, k))
+    cont, best = layer.heuristic_pn(c, k, 20)
+    assert grid[gain.argmax()] == pytest.approx(math.sqrt(c / k), abs=5e-3)
+    assert cont == pytest.approx(8.563, abs=1e-3) and best == 10
+    assert layer.heuristic_pn(7.48e-3, k, 2) == (2.0, 2)  # Mixtral: clipped to E_loc
+
+
+def test_vmap_equals_loop_and_pipeline_options():
+    tr = gen.generate("uniform", jax.random.key(1), num_traces=3, iterations=1, layers=2,
+                      tokens=128, num_experts=8, top_k=2)
+    cfg = make_config(H4, MIX, mode="tp-ep", pn=2, gemm="dense", sm_gemm=116,
+                      tokens_per_forward=65536)
+    system, params = build(cfg), default_params(cfg)
+    batch = engine.simulate(system, params, tr)
+    for i in range(3):
+        one = engine.simulate(system, params, tr[i:i + 1])
+        for k in ("ttft_s", "latency_s", "bytes_per_device", "comm_s"):
+            np.testing.assert_allclose(batch[k][i], one[k][0], rtol=1e-6)
+    assert np.all(batch["ttft_s"] > 0) and np.all(batch["dense_fraction"] == 1.0)
+
+
+def test_device_limited_routing():
+    kw = dict(num_traces=2, iterations=1, layers=2, tokens=64, num_experts=160, top_k=6)
+    tr = device_limited.generate("uniform", jax.random.key(0), num_devices=8, max_devices=3,
+                                 **kw)
+    devs = np.asarray(tr.expert_ids) // 20
+    per_token = [len(set(r)) for r in devs.reshape(-1, 6)]
+    assert max(per_token) <= 3 and min(per_token) >= 1
+    assert (np.sort(np.asarray(tr.expert_ids), -1)[..., 1:]
+            != np.sort(np.asarray(tr.expert_ids), -1)[..., :-1]).all()  # distinct experts
+    full = device_limited.generate("uniform", jax.random.key(0), num_devices=8,
+                                   max_devices=8, **kw)
+    ref = gen.generate("uniform", jax.random.key(0), **kw)
+    np.testing.assert_array_equal(full.expert_ids, ref.expert_ids)
+    with pytest.raises(ConfigError, match="max_devices"):
+        device_limited.generate("uniform", jax.random.key(0), num_devices=8, max_devices=0,
+                                **kw)
+
+
+def test_bad_config_names_field():
+    with pytest.raises(ConfigError, match="pn = 3"):
+        make_config(H8, DSV2, mode="dp-ep", pn=3)
+    with pytest.raises(ConfigError, match="mode"):
+        make_config(H8, DSV2, mode="ep")
+
+
+def test_policy_through_api():
+    """`moejax simulate --policy epsmoe` path: catalog policy -> from_policy (auto_pn) -> metrics;
+    a chiplet platform is refused with the family named."""
+    from moejax import api
+
+    tr = gen.generate("uniform", jax.random.key(2), num_traces=2, iterations=1, layers=1,
+                      tokens=64, num_experts=8, top_k=2)
+    out = api.simulate("h800x4", "mixtral-8x7b", "epsmoe", tr)
+    assert np.all(out["pn"] == 2) and np.all(out["ttft_s"] > out["latency_s"])
+    assert np.all(out["exposed_comm_s"] >= 0)
+    with pytest.raises(ConfigError, match="gpu"):
+        api.simulate("chiplet-2x2", "mixtral-8x7b", "tp-tp", tr)
