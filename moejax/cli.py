@@ -33,6 +33,9 @@ def _simulate(args) -> int:
     m = setup.model
     key = jax.random.key(args.seed)
     if args.trace:
+        from moejax.trace.commands import check_recording_args
+
+        check_recording_args(args, _DefaultInt)
         traces, meta = trace_io.load(args.trace)
         if not traces.batch_shape:
             traces = jax.tree_util.tree_map(lambda x: x[None], traces)
@@ -69,8 +72,10 @@ def _simulate(args) -> int:
         "model": m.name,
         "policy": setup.policy.name,
         "system": setup.policy.system,
-        "tokens": int(args.tokens) if not args.trace else None,
+        "tokens": int(args.tokens) if not args.trace else float(
+            np.mean(np.asarray(traces.tokens_per_iteration()))),
         "traces": n,
+        "iterations": int(traces.num_iterations),
         "trace_source": source,
         "latency_s": engine.percentile_summary(out["latency_s"]),
         "forward_s": engine.percentile_summary(out["forward_s"]),
@@ -98,7 +103,10 @@ def _print_summary(s: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{s['policy']} on {s['hardware']}, {s['model']}, {s['traces']} traces")
+    shape = f"{s['traces']} trace{'s' if s['traces'] != 1 else ''}"
+    if s.get("iterations", 1) > 1:
+        shape += f" x {s['iterations']} iterations"
+    t = Table(title=f"{s['policy']} on {s['hardware']}, {s['model']}, {shape}")
     t.add_column("metric")
     for c in ("mean", "p50", "p99"):
         t.add_column(c, justify="right")
@@ -167,7 +175,7 @@ def _catalog(args) -> int:
 def _trace(args) -> int:
     import jax
 
-    from moejax.trace import gen, summary
+    from moejax.trace import gen
     from moejax.trace import io as trace_io
 
     if args.trace_cmd == "gen":
@@ -184,14 +192,11 @@ def _trace(args) -> int:
         print(f"wrote {args.out}: {args.traces} traces x {args.iterations} iterations x "
               f"{args.layers} layers x {args.tokens} tokens, E={args.experts}, k={args.top_k}")
         return 0
-    if args.trace_cmd in ("import", "fit"):
+    if args.trace_cmd in ("import", "fit", "compare"):
         return args.trace_fn(args)
-    tr, meta = trace_io.load(args.file)
-    print(summary.format_summary(summary.summarize(tr)))
-    from moejax.trace.commands import inspect_extra
+    from moejax.trace.commands import run_inspect
 
-    inspect_extra(tr, meta, args.plot, args.json)
-    return 0
+    return run_inspect(args)
 
 
 def _brief(value, depth: int = 0, width: int = 6) -> str:
@@ -249,9 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--hardware", default="chiplet-2x2", help="platform name or TOML path")
     s.add_argument("--model", default="qwen3-30b-a3b")
     s.add_argument("--policy", default="ep", help="policy name or TOML path")
-    s.add_argument("--tokens", type=_positive_int, default=256, help="tokens per iteration")
-    s.add_argument("--traces", type=_positive_int, default=1024)
-    s.add_argument("--iterations", type=_positive_int, default=1)
+    s.add_argument("--tokens", type=_positive_int, default=_DefaultInt(256),
+                   help="tokens per iteration")
+    s.add_argument("--traces", type=_positive_int, default=_DefaultInt(1024))
+    s.add_argument("--iterations", type=_positive_int, default=_DefaultInt(1))
     s.add_argument("--layers", type=_positive_int, default=None,
                    help="MoE layers per trace (a sample of the model's layers); default 1, "
                    "or with --trace-gen FIT.json the fit's recorded layer count")
@@ -303,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_import_parser(tsub, _positive_int)
     add_fit_parser(tsub)
+    from moejax.trace.compare import add_compare_parser
+
+    add_compare_parser(tsub)
     t.set_defaults(fn=_trace)
 
     from moejax.tune.cli import add_tune_parser
@@ -314,6 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
     from moejax.cli_help import polish
 
     return polish(p)  # command and study lists, every option's default
+
+
+class _DefaultInt(int):
+    """An option's default value, told apart from the same value given on the command line
+    (`simulate --trace` refuses --tokens / --traces / --iterations given explicitly)."""
 
 
 def _positive_int(s: str) -> int:

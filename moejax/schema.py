@@ -14,11 +14,25 @@ def read_toml(path: Path) -> dict[str, Any]:
     """Parse one TOML file, naming the file on a syntax error."""
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = f.read()
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(_not_utf8(path, data, e)) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def _not_utf8(path: Path, data: bytes, e: UnicodeDecodeError) -> str:
+    """One line naming the file, line and key of the first byte that is not UTF-8."""
+    line = data.count(b"\n", 0, e.start) + 1
+    start = data.rfind(b"\n", 0, e.start) + 1
+    text = data[start:data.find(b"\n", e.start) if b"\n" in data[e.start:] else None]
+    key = text.decode("utf-8", "replace").partition("=")[0].strip() if b"=" in text else ""
+    field = f"{key}: " if key and not key.startswith(("[", "#")) else ""
+    return (f"{path}:{line}: {field}byte 0x{data[e.start]:02x} at column {e.start - start + 1} "
+            "is not UTF-8 (TOML files are UTF-8)")
 
 
 class Table:

@@ -26,7 +26,6 @@ See docs/reproduction/fsedp.md for the deviations.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from pathlib import Path
 
@@ -34,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax import engine
+from moejax import engine, plotting
 from moejax.hardware import load_platform
 from moejax.models import load_model, with_overrides
 from moejax.reproduce import Claim, Report
@@ -220,7 +219,7 @@ def fig9_fig12(out: Path, grid: Grid, tick) -> dict:
     _csv(out / "fig9_layer_latency.csv", {k: rows[k] for k in
                                           ("model", "tokens", "system", "latency_s",
                                            "utilization")})
-    _plot_grouped(out / "fig9_layer_latency.png", rows, "latency_s", "layer latency (s)",
+    _plot_grouped(out / "fig9_layer_latency.png", rows, "latency_s", "layer latency",
                   "000 Fig. 9: single MoE layer latency, chiplet-2x2", log=True)
     _csv(out / "fig12_onchip_memory.csv", {k: rows[k] for k in
                                            ("model", "tokens", "system", "weight_bytes",
@@ -397,30 +396,7 @@ def fig16(out: Path, grid: Grid, tick, model_name: str = "qwen3-30b-a3b",
             "utilization": util.tolist(), "latency_s": lat.tolist(),
             "unfinished": np.asarray(r["unfinished_layers"]).sum(-1).tolist()}
     _csv(out / "fig16_design_space.csv", rows)
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, panel, (xk, yk) in zip(axes, "ab", (("ddr_gbps", "buffer_mb"),
-                                                ("ddr_gbps", "d2d_gbps")), strict=True):
-        idx = [i for i, p in enumerate(rows["panel"]) if p == panel]
-        xs = sorted({rows[xk][i] for i in idx})
-        ys = sorted({rows[yk][i] for i in idx})
-        z = np.full((len(ys), len(xs)), np.nan)
-        for i in idx:
-            z[ys.index(rows[yk][i]), xs.index(rows[xk][i])] = rows["utilization"][i]
-        im = ax.imshow(z, origin="lower", aspect="auto", vmin=0, vmax=1, cmap="viridis")
-        ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs], fontsize=7)
-        ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys], fontsize=7)
-        ax.set_xlabel("DDR GB/s per die")
-        ax.set_ylabel("buffer MB per die" if panel == "a" else "D2D GB/s")
-        for (yy, xx), v in np.ndenumerate(z):
-            ax.text(xx, yy, f"{v:.2f}", ha="center", va="center", fontsize=6, color="w")
-        ax.set_title(f"({panel}) " + ("D2D 288 GB/s" if panel == "a" else "buffer 14 MB"),
-                     fontsize=9)
-    fig.colorbar(im, ax=axes, label="compute utilization")
-    fig.suptitle(f"000 Fig. 16: DSE, {model_name}, {tokens} tokens (one vmapped sweep)",
-                 fontsize=9)
-    fig.savefig(out / "fig16_design_space.png", dpi=90)
-    plt.close(fig)
+    plot_fig16(out, rows, model_name, tokens)
     tick("Fig. 16 design space")
     return rows
 
@@ -447,23 +423,7 @@ def fig17(out: Path, grid: Grid, tick, tokens: int = 256) -> dict:
             rows["latency_s"].append(float(v))
         tick(f"Fig. 17 {mname}")
     _csv(out / "fig17_microslices.csv", rows)
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, mname in zip(axes, ("phi-3.5-moe", "qwen3-30b-a3b"), strict=True):
-        idx = [i for i, v in enumerate(rows["model"]) if v == mname]
-        for b in sorted({rows["buffer_mb"][i] for i in idx}):
-            j = [i for i in idx if rows["buffer_mb"][i] == b]
-            ax.plot([rows["num_microslices"][i] for i in j], [rows["latency_s"][i] for i in j],
-                    marker="o", label=f"{b:g} MB")
-        ax.set_xscale("log")
-        ax.set_xlabel("micro-slices per expert")
-        ax.set_ylabel("layer latency (s)")
-        ax.set_title(mname, fontsize=9)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"000 Fig. 17: granularity sensitivity, {tokens} tokens", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / "fig17_microslices.png", dpi=90)
-    plt.close(fig)
+    plot_fig17(out, rows, tokens)
     return rows
 
 
@@ -515,18 +475,7 @@ def fig18(out: Path, grid: Grid, tick, model_name: str = "qwen3-30b-a3b",
             rows["latency_s"].append(float(np.mean(r["latency_s"])))
         tick(f"Fig. 18 {plat}")
     _csv(out / "fig18_scaling.csv", rows)
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name in ("EP", "Hydra", "FSE-DP+paired"):
-        j = [i for i, s in enumerate(rows["system"]) if s == name]
-        ax.plot([rows["platform"][i] for i in j], [rows["utilization"][i] for i in j],
-                marker="o", label=name)
-    ax.set_ylabel("compute utilization")
-    ax.set_title(f"000 Fig. 18: scalability, {model_name}, {tokens} tokens", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "fig18_scaling.png", dpi=90)
-    plt.close(fig)
+    plot_fig18(out, rows, model_name, tokens)
     return rows
 
 
@@ -584,72 +533,159 @@ def _csv(path: Path, cols: dict) -> None:
     atomic_write_csv(path, {k: np.asarray(v) for k, v in cols.items()})
 
 
-@functools.cache
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+# Legend entries, explained (000 §VI-A / §VI-C; docs/reproduction/fsedp.md "mechanisms").
+SYSTEM_LABELS = {
+    "EP": "EP (experts contiguous, token all-to-all)",
+    "Hydra": "Hydra (expert replication)",
+    "FSE-DP": "FSE-DP = A2 (micro-slice streaming, Alg. 1)",
+    "FSE-DP+paired": "FSE-DP+paired = A3 (A2 + paired load)",
+}
+ABLATION_LABELS = {
+    "A1": "A1: naive FSE-DP (tokens all-to-all per expert, W/D per die)",
+    "A2": "A2: micro-slice streaming, Alg. 1 + Rules 1-4",
+    "A3": "A3: A2 + paired load (hot/cold order)",
+    "A4": "A4: A3 + Rule 5 (DDR split by free space)",
+    "A5": "A5@s: A3 + token buffering (Alg. 2), QoS slack s",
+    "EP": SYSTEM_LABELS["EP"],
+    "Hydra": SYSTEM_LABELS["Hydra"],
+}
 
 
 def _plot_grouped(path, rows, y, ylabel, title, log=False):
-    """One panel per model: bars per token count, one colour per system."""
-    plt = _plt()
-    fig, axes = plt.subplots(1, len(MODELS), figsize=(14, 3.6))
+    """One panel per model: bars per token count, one colour per system (y in seconds)."""
+    fig, axes = plotting.figure(1, len(MODELS), width=3.5, height=3.6)
     w = 0.8 / len(SYSTEMS)
-    for ax, mname in zip(axes, MODELS, strict=True):
+    for ax, mname in zip(axes[0], MODELS, strict=True):
         for j, s in enumerate(SYSTEMS):
             vals = [_lookup(rows, y, model=mname, tokens=t, system=s) for t in TOKENS]
-            ax.bar(np.arange(len(TOKENS)) + j * w, vals, w, label=s)
+            ax.bar(np.arange(len(TOKENS)) + j * w, vals, w, label=SYSTEM_LABELS.get(s, s))
         ax.set_xticks(np.arange(len(TOKENS)) + 0.4 - w / 2, [str(t) for t in TOKENS])
         ax.set_xlabel("tokens per iteration")
         ax.set_title(mname, fontsize=9)
         if log:
-            ax.set_yscale("log")
-    axes[0].set_ylabel(ylabel)
-    axes[0].legend(fontsize=7)
+            _log_if_wide(ax, [v for i, v in enumerate(rows[y]) if rows["model"][i] == mname])
+        plotting.time_axis(ax, "y", "ms", ylabel if ax is axes[0, 0] else "")
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncol=4,
+               fontsize=7)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    plotting.save(fig, path, dpi=90)
 
 
 def _plot_memory(path, rows):
     """Fig. 12: package on-chip bytes (weights + tokens), max over token counts, per model."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, axes = plotting.figure(width=8.0, height=4.2)
+    ax = axes[0, 0]
     w = 0.8 / len(SYSTEMS)
+    colors = [f"C{j}" for j in range(len(SYSTEMS))]
     for j, s in enumerate(SYSTEMS):
         wts, tks = [], []
         for mname in MODELS:
             i = max((i for i in range(len(rows["model"]))
                      if rows["model"][i] == mname and rows["system"][i] == s),
                     key=lambda i: rows["onchip_bytes"][i])
-            wts.append(rows["weight_bytes"][i] / MB)
-            tks.append(rows["token_bytes"][i] / MB)
+            wts.append(rows["weight_bytes"][i])
+            tks.append(rows["token_bytes"][i])
         x = np.arange(len(MODELS)) + j * w
-        ax.bar(x, wts, w, label=f"{s} weights")
-        ax.bar(x, tks, w, bottom=wts, label=f"{s} tokens", alpha=0.5)
+        ax.bar(x, wts, w, color=colors[j], label=f"{SYSTEM_LABELS.get(s, s)}: weights")
+        ax.bar(x, tks, w, bottom=wts, color=colors[j], alpha=0.45, hatch="//",
+               label=f"{s}: tokens (stacked, hatched)")
     ax.set_xticks(np.arange(len(MODELS)) + 0.4 - w / 2, MODELS, fontsize=7)
-    ax.set_yscale("log")
-    ax.set_ylabel("peak on-chip MB (package)")
-    ax.axhline(32, color="k", lw=0.8, ls="--")
+    ax.axhline(32 * MB, color="k", lw=0.8, ls="--", label="32 MB on-chip (000 Table I)")
+    _log_if_wide(ax, [*rows["onchip_bytes"], 32 * MB])
+    plotting.bytes_axis(ax, "y", "MB", "peak on-chip memory, package")
     ax.set_title("000 Fig. 12: on-chip memory (weights + tokens), chiplet-2x2", fontsize=9)
-    ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", fontsize=6,
+               ncol=2)
+    plotting.save(fig, path, dpi=90)
+
+
+def _log_if_wide(ax, values) -> None:
+    """A log y axis (labels at powers of ten only) when the values span more than a decade;
+    a log axis over less than one decade would show no labelled tick at all."""
+    v = np.asarray(values, np.float64)
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size and v.max() / v.min() > 10:
+        plotting.log_axis(ax, "y", base=10)
 
 
 def _plot_bars(path, labels, values, ylabel, title):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 4))
-    ax.bar(range(len(values)), values)
+    """Bars per configuration; A1-A5 and the baselines named in a legend below."""
+    fig, axes = plotting.figure(width=8.0, height=4.6)
+    ax = axes[0, 0]
+    ax.bar(range(len(values)), values, color="C0")
     ax.set_xticks(range(len(values)), labels, fontsize=7, rotation=20)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    names = []
+    for lab in labels:
+        key = lab.split("@")[0]
+        if key in ABLATION_LABELS and ABLATION_LABELS[key] not in names:
+            names.append(ABLATION_LABELS[key])
+    if names:  # text-only legend entries: what each bar label stands for
+        from matplotlib.patches import Patch
+
+        handles = [Patch(visible=False) for _ in names]
+        fig.legend(handles, names, loc="outside lower left", fontsize=7, handlelength=0,
+                   handletextpad=0, frameon=False)
+    plotting.save(fig, path, dpi=90)
+
+
+def plot_fig16(out: Path, rows: dict, model_name: str, tokens: int) -> None:
+    """Fig. 16 heatmaps from its rows (also from fig16_design_space.csv)."""
+    fig, axes = plotting.figure(1, 2, width=5.0, height=4.0)
+    lo, hi = plotting.color_limits(rows["utilization"])  # the colour scale fits the data
+    for ax, panel, (xk, yk) in zip(axes[0], "ab", (("ddr_gbps", "buffer_mb"),
+                                                   ("ddr_gbps", "d2d_gbps")), strict=True):
+        idx = [i for i, p in enumerate(rows["panel"]) if p == panel]
+        xs = sorted({rows[xk][i] for i in idx})
+        ys = sorted({rows[yk][i] for i in idx})
+        z = np.full((len(ys), len(xs)), np.nan)
+        for i in idx:
+            z[ys.index(rows[yk][i]), xs.index(rows[xk][i])] = rows["utilization"][i]
+        im = ax.imshow(z, origin="lower", aspect="auto", vmin=lo, vmax=hi, cmap="viridis")
+        ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs], fontsize=7)
+        ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys], fontsize=7)
+        ax.set_xlabel("DDR bandwidth per die (GB/s)")
+        ax.set_ylabel("weight buffer per die (MB)" if panel == "a" else "D2D link (GB/s)")
+        for (yy, xx), v in np.ndenumerate(z):
+            ax.text(xx, yy, f"{v:.3f}", ha="center", va="center", fontsize=6,
+                    color="w" if v < (lo + hi) / 2 else "k")
+        ax.set_title(f"({panel}) " + ("D2D 288 GB/s" if panel == "a" else "buffer 14 MB"),
+                     fontsize=9)
+    fig.colorbar(im, ax=axes[0].tolist(), label="compute utilization (fraction of peak)")
+    fig.suptitle(f"000 Fig. 16: DSE, {model_name}, {tokens} tokens (one vmapped sweep)",
+                 fontsize=9)
+    plotting.save(fig, out / "fig16_design_space.png", dpi=90)
+
+
+def plot_fig17(out: Path, rows: dict, tokens: int) -> None:
+    """Fig. 17 curves from its rows (also from fig17_microslices.csv)."""
+    fig, axes = plotting.figure(1, 2, width=5.0, height=3.8)
+    for ax, mname in zip(axes[0], ("phi-3.5-moe", "qwen3-30b-a3b"), strict=True):
+        idx = [i for i, v in enumerate(rows["model"]) if v == mname]
+        for b in sorted({rows["buffer_mb"][i] for i in idx}):
+            j = [i for i in idx if rows["buffer_mb"][i] == b]
+            ax.plot([rows["num_microslices"][i] for i in j], [rows["latency_s"][i] for i in j],
+                    marker="o", label=f"weight buffer {b:g} MB per die")
+        plotting.log_axis(ax, "x", base=2)
+        ax.set_xlabel("micro-slices per expert")
+        plotting.time_axis(ax, "y", "ms", "MoE layer latency")
+        ax.set_title(mname, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"000 Fig. 17: granularity sensitivity, {tokens} tokens", fontsize=9)
+    plotting.save(fig, out / "fig17_microslices.png", dpi=90)
+
+
+def plot_fig18(out: Path, rows: dict, model_name: str, tokens: int) -> None:
+    """Fig. 18 from its rows (also from fig18_scaling.csv)."""
+    fig, axes = plotting.figure(width=7.0, height=4.0)
+    ax = axes[0, 0]
+    for name in ("EP", "Hydra", "FSE-DP+paired"):
+        j = [i for i, s in enumerate(rows["system"]) if s == name]
+        ax.plot([rows["platform"][i] for i in j], [rows["utilization"][i] for i in j],
+                marker="o", label=SYSTEM_LABELS.get(name, name))
+    ax.set_ylabel("compute utilization (fraction of peak)")
+    ax.set_xlabel("platform (chiplets)")
+    ax.set_title(f"000 Fig. 18: scalability, {model_name}, {tokens} tokens", fontsize=9)
+    ax.legend(fontsize=7)
+    plotting.save(fig, out / "fig18_scaling.png", dpi=90)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax import engine
+from moejax import engine, plotting
 from moejax.errors import ConfigError
 from moejax.hardware import load_platform
 from moejax.models import load_model, with_overrides
@@ -692,26 +692,66 @@ def _plt():
     return plt
 
 
+# Axis names and legend titles of the figures (column names are CSV headers, not labels).
+_LABELS = {"tokens_per_group": "tokens per TP group", "tp": "TP degree (devices per group)",
+           "max_over_mean": "max / mean device load", "comm": "communication per layer",
+           "moe_compute": "MoE compute per layer", "iteration": "iteration"}
+_LEGEND_TITLES = {
+    "system": "platform / mapping\nbaseline: each TP group a compact block; er: ER-Mapping "
+              "(entwined rings);\nher: HER-Mapping (multi-wafer); esp: expert sharding",
+    "mapping": "mapping\nbaseline: compact TP blocks; ER / HER: 001 §IV-A",
+    "strategy": "balancing strategy (001 §V)\nnone; greedy: EPLB-style greedy; topology: "
+                "Alg. 1 topology-aware;\n-ni: with non-invasive migration (§V-A)",
+}
+
+
+def _label(col: str) -> str:
+    return _LABELS.get(col, col.replace("_", " "))
+
+
+def _y_axis(ax, y: str, values=()) -> None:
+    """Seconds in ms, bytes in MB, anything else by its readable name; a log axis (labels
+    at powers of ten) when the values span more than 20x, so small series stay visible."""
+    v = np.asarray([x for x in values if isinstance(x, (int, float))], np.float64)
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size and v.max() / v.min() > 20:
+        plotting.log_axis(ax, "y", base=10)
+    if y.endswith("_s"):
+        plotting.time_axis(ax, "y", "ms", _label(y[:-2]))
+    elif y.endswith("_bytes"):
+        plotting.bytes_axis(ax, "y", "MB", _label(y[:-6]))
+    else:
+        ax.set_ylabel(_label(y))
+
+
+def _legend(fig, ax, group: str) -> None:
+    title = _LEGEND_TITLES.get(group, _label(group))
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3,
+               fontsize=7, title=title, title_fontsize=7)
+
+
 def _plot_lines(path, rows, x, y, group, title):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, axes = plotting.figure(width=7.0, height=4.6)
+    ax = axes[0, 0]
     for gname in dict.fromkeys(rows[group]):
         idx = [i for i, v in enumerate(rows[group]) if v == gname]
-        ax.plot([rows[x][i] for i in idx], [rows[y][i] for i in idx], marker="o", label=gname)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+        ax.plot([rows[x][i] for i in idx], [rows[y][i] for i in idx], marker="o",
+                label=str(gname))
+    xs = np.asarray([v for v in rows[x] if isinstance(v, (int, float))], np.float64)
+    if xs.size and xs.min() > 0 and xs.max() / xs.min() >= 8:
+        plotting.log_axis(ax, "x", base=2)
+    ax.set_xlabel(_label(x))
+    _y_axis(ax, y, rows[y])
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _legend(fig, ax, group)
+    plotting.save(fig, path, dpi=90)
 
 
 def _plot_bars(path, rows, x, y, group, title):
-    plt = _plt()
     xs = list(dict.fromkeys(rows[x]))
     gs = list(dict.fromkeys(rows[group]))
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, axes = plotting.figure(width=8.0, height=4.6)
+    ax = axes[0, 0]
     w = 0.8 / len(gs)
     for j, gname in enumerate(gs):
         vals = [next((rows[y][i] for i in range(len(rows[y]))
@@ -719,25 +759,22 @@ def _plot_bars(path, rows, x, y, group, title):
         ax.bar(np.arange(len(xs)) + j * w, vals, w, label=str(gname))
     ax.set_xticks(np.arange(len(xs)) + 0.4 - w / 2)
     ax.set_xticklabels([str(v) for v in xs], fontsize=7)
-    ax.set_ylabel(y)
+    ax.set_xlabel(_label(x))
+    _y_axis(ax, y, rows[y])
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _legend(fig, ax, group)
+    plotting.save(fig, path, dpi=90)
 
 
 def _plot_simple_bars(path, labels, values, ylabel, title):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, axes = plotting.figure(width=8.0, height=4.2)
+    ax = axes[0, 0]
     ax.bar(range(len(values)), values)
     ax.set_xticks(range(len(values)))
     ax.set_xticklabels(labels, fontsize=6, rotation=30)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    plotting.save(fig, path, dpi=90)
 
 
 def _draw_mesh_loads(ax, loads, rows, cols, title):
@@ -747,7 +784,9 @@ def _draw_mesh_loads(ax, loads, rows, cols, title):
     h = loads[:nh] + loads[nh:2 * nh]
     v = loads[2 * nh:2 * nh + nv] + loads[2 * nh + nv:]
     top = max(float(np.max(loads)) * 2, 1e-30)
-    cmap = _plt().get_cmap("inferno_r")
+    import matplotlib
+
+    cmap = matplotlib.colormaps["inferno_r"]
     for r in range(rows):
         for c in range(cols - 1):
             ax.plot([c, c + 1], [-r, -r], color=cmap(h[r * (cols - 1) + c] / top), lw=6)

@@ -189,15 +189,22 @@ def analyze(trace: Trace, meta: dict | None = None, ms=DEFAULT_MS) -> dict:
 
 def format_analysis(a: dict) -> str:
     """Text lines of an `analyze` result for `moejax trace inspect`."""
+    from moejax.trace.summary import _mean_finite
+
     act = a["activated"]
-    meas = np.nanmean(np.asarray(act["measured"], np.float64), axis=0)
+    meas = _mean_finite(np.asarray(act["measured"], np.float64), axis=0)
     lines = ["", "activated experts per layer vs batch size m (mean over layers):",
              f"{'m':>6} {'measured':>9} {'indep.':>8} {'uniform':>8}"]
-    indep = np.nanmean(np.asarray(act["independent"]), axis=0)
+    indep = _mean_finite(np.asarray(act["independent"], np.float64), axis=0)
+    skipped = [m for j, m in enumerate(act["m"]) if not np.isfinite(meas[j])]
     for j, m in enumerate(act["m"]):
-        lines.append(f"{m:>6} {meas[j]:>9.2f} {indep[j]:>8.2f} {act['uniform'][j]:>8.2f}")
+        if np.isfinite(meas[j]):
+            lines.append(f"{m:>6} {meas[j]:>9.2f} {indep[j]:>8.2f} {act['uniform'][j]:>8.2f}")
+    if skipped:
+        lines.append(f"(m = {', '.join(map(str, skipped))}: the trace has fewer than m "
+                     "recorded tokens per layer, so no measured batch)")
     if a["affinity"]:
-        nmi = np.mean([x["nmi"] for x in a["affinity"]])
+        nmi = float(_mean_finite([x["nmi"] for x in a["affinity"]]))
         pred = np.mean([x["predictability"] for x in a["affinity"]])
         base = np.mean([x["baseline"] for x in a["affinity"]])
         lines.append(f"cross-layer affinity (consecutive recorded layers, mean): NMI {nmi:.3f}, "
@@ -206,9 +213,9 @@ def format_analysis(a: dict) -> str:
     if t["iterations"] >= 3:
         lines.append(
             f"temporal locality over {t['iterations']} iterations: TV distance of load "
-            f"ratios {np.nanmean(t['consecutive']):.3f} between consecutive iterations vs "
-            f"{np.nanmean(t['random']):.3f} random pairs; lag-1 autocorr "
-            f"{np.nanmean(t['autocorr']):.3f}")
+            f"ratios {_mean_finite(t['consecutive']):.3f} between consecutive iterations vs "
+            f"{_mean_finite(t['random']):.3f} random pairs; lag-1 autocorr "
+            f"{_mean_finite(t['autocorr']):.3f}")
     return "\n".join(lines)
 
 

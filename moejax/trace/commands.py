@@ -25,6 +25,17 @@ def add_import_parser(tsub, positive_int) -> None:
                    "(default: one iteration per sequence)")
     p.add_argument("--keep-last-token", action="store_true",
                    help="esft: keep each sequence's last token (a logging artifact)")
+    p.add_argument("--field", action="append", metavar="OURS=THEIRS", default=None,
+                   help="jsonl: read field OURS (layer, experts, weights, step, request(s), "
+                   "token) from the recorder's key THEIRS, a dotted path for nested objects; "
+                   "repeatable, e.g. --field layer=layer_idx --field experts=topk.ids")
+    p.add_argument("--ignore-unknown-fields", action="store_true",
+                   help="jsonl: drop fields moejax does not read (dataset names, token text) "
+                   "instead of refusing the record")
+    p.add_argument("--truncate-to-common", action="store_true",
+                   help="jsonl: when the layers of a step hold different token counts (a "
+                   "recorder that drops records), keep each layer's first n tokens, n = the "
+                   "step's smallest layer, and report how many were dropped")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(trace_fn=run_import)
 
@@ -48,7 +59,7 @@ def add_fit_parser(tsub) -> None:
 
 def run_import(args) -> int:
     from moejax.trace import io as trace_io
-    from moejax.trace.importers import import_trace
+    from moejax.trace.importers import import_trace, parse_field_map
 
     opts = {}
     if args.format == "esft":
@@ -56,13 +67,27 @@ def run_import(args) -> int:
                 "drop_last_token": not args.keep_last_token}
     elif args.tokens_per_iteration or args.keep_last_token:
         raise ConfigError("--tokens-per-iteration / --keep-last-token: esft format only")
+    jsonl_opts = {"fields": parse_field_map(args.field),
+                  "ignore_unknown": args.ignore_unknown_fields,
+                  "ragged": "truncate" if args.truncate_to_common else "error"}
+    if args.format == "jsonl":
+        opts = jsonl_opts
+    elif args.field or args.ignore_unknown_fields or args.truncate_to_common:
+        raise ConfigError("--field / --ignore-unknown-fields / --truncate-to-common: jsonl "
+                          "format only")
     tr, meta = import_trace(args.format, args.src, num_experts=args.experts, top_k=args.top_k,
                             progress=not args.quiet, **opts)
     trace_io.save(args.out, tr, meta)
     kind = "token-level" if tr.has_tokens else "counts-only"
     print(f"wrote {args.out}: {tr.num_iterations} iterations x {tr.num_layers} layers, "
           f"E={tr.num_experts}, top_k={tr.top_k}, {kind}")
+    if meta.get("ragged") == "truncate":
+        total = meta["tokens"] * tr.num_layers + meta["dropped_tokens"]
+        print(f"--truncate-to-common: dropped {meta['dropped_tokens']} of {total} token "
+              f"records ({meta['dropped_tokens'] / max(total, 1):.2%}) and "
+              f"{meta['dropped_steps']} steps with no token common to every layer")
     return 0
+
 
 
 def run_fit(args) -> int:
@@ -96,25 +121,67 @@ def run_fit(args) -> int:
     return 0
 
 
-def inspect_extra(tr, meta: dict, plot_path: str | None, as_json: str | None) -> None:
-    """Print activated experts, cross-layer affinity, temporal locality; write a plot."""
+def run_inspect(args) -> int:
+    """`moejax trace inspect FILE [--plot PNG] [--json JSON]`."""
+    from moejax.trace import io as trace_io
+    from moejax.trace import summary
+
+    for opt in ("plot", "json"):
+        out = getattr(args, opt)
+        if out and Path(out).is_dir():
+            raise ConfigError(f"--{opt}: {out} is a folder; give a file name")
+    tr, meta = trace_io.load(args.file)
+    s = summary.summarize(tr)
+    print(summary.format_summary(s))
+    inspect_extra(tr, meta, args.plot, args.json, s)
+    return 0
+
+
+def inspect_extra(tr, meta: dict, plot_path: str | None, as_json: str | None,
+                  summary_dict: dict | None = None) -> None:
+    """Print activated experts, cross-layer affinity, temporal locality; write a plot and
+    JSON (the analysis, plus the printed summary under "summary").
+
+    A batch of traces is summarized over all its traces; the token-level analyses (which
+    follow one recording's token order) are of its first trace, and say so.
+    """
     from moejax.trace import analysis
 
+    if tr.batch_shape == (1,):
+        tr = tr[0]
+    first = tr[0] if tr.batch_shape else tr
     if tr.batch_shape:
-        tr = tr[0] if tr.batch_shape == (1,) else tr
-    a = analysis.analyze(tr, meta) if not tr.batch_shape else None
-    if a is not None:
-        print(analysis.format_analysis(a))
-    if as_json and a is not None:
+        print(f"\nanalysis of trace 0 of {tr.batch_shape[0]} (activated-expert curve, "
+              "affinity and locality follow one trace's token order):")
+    a = analysis.analyze(first, meta)
+    print(analysis.format_analysis(a))
+    if as_json:
         from moejax.results import atomic_write_json
 
-        atomic_write_json(Path(as_json), a)
+        doc = dict(a)
+        if tr.batch_shape:
+            doc = {"analysis_of_trace": 0, **doc}
+        if summary_dict is not None:
+            doc["summary"] = summary_dict
+        atomic_write_json(Path(as_json), doc)
+        print(f"wrote {as_json}")
     if plot_path:
-        if a is None:
-            raise ConfigError("--plot: plots a single recording, not a batch of traces")
         title = meta.get("path", "") if isinstance(meta, dict) else ""
-        analysis.plot(tr, plot_path, meta, title=title)
+        if tr.batch_shape:
+            title = f"{title} trace 0 of {tr.batch_shape[0]}".strip()
+        analysis.plot(first, plot_path, meta, title=title)
         print(f"wrote {plot_path}")
+
+
+def check_recording_args(args, default_type) -> None:
+    """`simulate --trace FILE` takes the recording's own shape: --tokens, --traces and
+    --iterations given on the command line would be ignored, so they are refused."""
+    given = [f"--{name}" for name in ("tokens", "traces", "iterations")
+             if not isinstance(getattr(args, name, None), default_type)]
+    if given:
+        raise ConfigError(f"{' / '.join(given)}: --trace {args.trace} simulates the recording "
+                          "as recorded (its own traces, iterations and tokens per iteration); "
+                          "drop them, or re-import with --tokens-per-iteration (esft)")
 
 
 def fitted_spec_or_none(text: str):

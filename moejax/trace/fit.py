@@ -394,6 +394,7 @@ def save_fit(path, result: dict, family: str, source: str = "") -> Path:
         "top_k": res["top_k"],
         "pooled": res["pooled"],
         "layers": res["layers"],
+        "moments_matched": res.get("moments_matched"),
         "verdict": res.get("verdict"),
     }
     path = Path(path)
@@ -480,6 +481,12 @@ def format_fit(result: dict) -> str:
             f"{'yes' if v['holds'] else ('indep.' if v['holds_independent'] else 'no'):>6}")
     if "best" in result:
         lines.append(f"best (held-out profile TV): {result['best']}")
+    from moejax.trace.compare import grid_edge_layers, grid_edge_warning
+
+    for fam, r in result["families"].items():
+        edge = grid_edge_layers(r)
+        if edge:
+            lines.append(f"warning: {grid_edge_warning(fam, edge, len(r['layers']))}")
     if "halves_skew_rel_err" in result:
         h = np.abs(result["halves_skew_rel_err"])
         lines.append(f"the recording's own halves differ in skew by up to {h.max():.1%} "

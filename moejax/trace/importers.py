@@ -23,7 +23,9 @@ Formats (see `docs/traces.md` for examples):
              [1, 2]], "weights": [[...], [...]], "step": 3, "requests": [7, 8]}`. `weights`,
              `step` (default 0) and `request(s)` (default -1) are optional. Steps become
              iterations (in increasing order); within a step and layer, tokens keep the order
-             of their records, and every layer of a step must hold the same token count.
+             of their records, and every layer of a step must hold the same token count
+             (or `ragged="truncate"`). `fields` maps these names to a recorder's own keys;
+             `ignore_unknown` drops the recorder's other fields.
 `counts-csv` a header `layer,0,1,...,E-1` (or `iteration,layer,0,...`), then one row per
              (iteration, layer) of token counts per expert; every pair exactly once.
 """
@@ -104,11 +106,23 @@ def _progress(total_bytes: int, label: str, enabled: bool):
         bar.advance(task, pending[0])
 
 
-def _lines(f) -> Iterator[tuple[int, str, bool]]:
-    """(1-based line number, text without newline, whether it ended with a newline)."""
+def _lines(f, path, field_at=None) -> Iterator[tuple[int, str, bool]]:
+    """(1-based line number, text without newline, whether it ended with a newline) of a
+    file opened in binary mode; a line that is not UTF-8 is a TraceError naming the file,
+    the line and the field (`field_at(text before the bad byte)`, else "encoding"), never a
+    UnicodeDecodeError traceback."""
     for n, raw in enumerate(f, 1):
-        ended = raw.endswith("\n")
-        yield n, raw.rstrip("\r\n"), ended
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            before = raw[: err.start].decode("utf-8", "replace")
+            field = (field_at(before) if field_at else None) or "encoding"
+            raise _err(path, n, field, f"byte 0x{raw[err.start]:02x} at column "
+                       f"{err.start + 1} is not UTF-8 (save the file as UTF-8)") from None
+        if n == 1 and text.startswith("\ufeff"):  # a UTF-8 byte-order mark
+            text = text[1:]
+        ended = text.endswith("\n")
+        yield n, text.rstrip("\r\n"), ended
 
 
 def _check_e_k(num_experts, top_k, what: str) -> None:
@@ -254,8 +268,9 @@ def import_esft(src, *, num_experts: int = 64, top_k: int = 6, drop_last_token: 
     seq_ids, seq_w = [], []
     with contextlib.ExitStack() as stack, _progress(total, f"esft {folder.name}",
                                                       progress) as advance:
-        handles = [stack.enter_context(open(p, encoding="utf-8")) for p in files]
-        iters = [_lines(h) for h in handles]
+        handles = [stack.enter_context(open(p, "rb")) for p in files]
+        iters = [_lines(h, p, lambda b: "weights" if "\t\t" in b else "ids")
+                 for h, p in zip(handles, files, strict=True)]
         line = 0
         while True:
             rows = [next(it, None) for it in iters]
@@ -450,6 +465,13 @@ def import_olmoe(srcs: Sequence, *, num_experts: int, top_k: int,
 # ------------------------------------------------------------------------ JSONL
 
 
+def _json_key_before(text: str) -> str | None:
+    """The last JSON object key before the end of `text` (to name a field that holds a
+    byte that is not UTF-8)."""
+    keys = re.findall(r'"((?:[^"\\]|\\.)*)"\s*:', text)
+    return keys[-1] if keys else None
+
+
 def _jsonl_ids(path, line, rec, name, nested: bool, k: int | None):
     v = rec.get(name)
     try:
@@ -469,20 +491,91 @@ def _jsonl_ids(path, line, rec, name, nested: bool, k: int | None):
     return arr
 
 
+JSONL_FIELDS = ("layer", "experts", "weights", "step", "request", "requests", "token")
+RAGGED = ("error", "truncate")
+
+
+def parse_field_map(items: Sequence[str] | None) -> dict[str, str]:
+    """`["layer=layer_idx", "experts=routing.topk_ids"]` -> {"layer": "layer_idx", ...}.
+
+    Keys are moejax's JSONL field names (JSONL_FIELDS); values are the recorder's keys, a
+    dotted path for a nested object (`routing.topk_ids`).
+    """
+    out: dict[str, str] = {}
+    for item in items or ():
+        ours, sep, theirs = str(item).partition("=")
+        ours, theirs = ours.strip(), theirs.strip()
+        if not sep or not ours or not theirs:
+            raise ConfigError(f"--field: expected OURS=THEIRS (e.g. layer=layer_idx), got "
+                              f"{item!r}")
+        if ours not in JSONL_FIELDS:
+            raise ConfigError(f"--field: unknown field {ours!r}; allowed: "
+                              f"{', '.join(JSONL_FIELDS)}")
+        if ours in out:
+            raise ConfigError(f"--field: {ours} mapped twice ({out[ours]!r}, {theirs!r})")
+        out[ours] = theirs
+    return out
+
+
+_MISSING = object()
+
+
+def _dig(rec: dict, dotted: str):
+    cur = rec
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return _MISSING
+        cur = cur[part]
+    return cur
+
+
+def _map_record(path, n, rec: dict, fields: dict[str, str], ignore_unknown: bool) -> dict:
+    """The record under moejax's field names: mapped fields taken from the recorder's keys,
+    unknown keys an error (or dropped with `ignore_unknown`)."""
+    out = {}
+    used = set()
+    for ours in JSONL_FIELDS:
+        theirs = fields.get(ours, ours)
+        v = _dig(rec, theirs)
+        used.add(theirs.split(".")[0])
+        if v is not _MISSING:
+            out[ours] = v
+    unknown = set(rec) - used
+    if unknown and not ignore_unknown:
+        raise _err(path, n, sorted(unknown)[0], "unknown field; allowed: layer, experts, "
+                   "weights, step, request(s), token (--ignore-unknown-fields drops others; "
+                   "--field OURS=THEIRS maps a recorder's names)")
+    return out
+
+
 def import_jsonl(src, *, num_experts: int | None = None, top_k: int | None = None,
-                 progress: bool = False) -> tuple[Trace, dict]:
-    """JSONL per-token or per-step routing records -> token-level Trace and meta."""
+                 progress: bool = False, fields: dict[str, str] | None = None,
+                 ignore_unknown: bool = False, ragged: str = "error") -> tuple[Trace, dict]:
+    """JSONL per-token or per-step routing records -> token-level Trace and meta.
+
+    Real recorders name fields their own way and add their own (a dataset name, a token
+    text): `fields` maps moejax's names to theirs ({"layer": "layer_idx"}, dotted paths for
+    nested objects) and `ignore_unknown` drops the rest. A recorder that drops records (on
+    ties, say) leaves the layers of one step with different token counts; `ragged="error"`
+    refuses that, `ragged="truncate"` keeps, for every step, the first n tokens of each
+    layer in record order, n = the step's smallest layer, and reports how many token
+    records it dropped in meta["dropped_tokens"] (positions are matched by record order, as
+    the Trace has one token axis shared by all layers).
+    """
     _check_e_k(num_experts, top_k, "jsonl")
+    if ragged not in RAGGED:
+        raise ConfigError(f"ragged: unknown {ragged!r}; allowed: {', '.join(RAGGED)}")
+    fields = dict(fields or {})
     path = Path(src)
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
     k = top_k
-    step, layer, req = _Grow(np.int64), _Grow(np.int64), _Grow(np.int64)
+    step, layer, req, line = _Grow(np.int64), _Grow(np.int64), _Grow(np.int64), _Grow(np.int64)
     ids_g = w_g = None
     has_weights = None
-    with open(path, encoding="utf-8") as f, _progress(path.stat().st_size, f"jsonl {path.name}",
-                                                      progress) as advance:
-        for n, text, ended in _lines(f):
+    with open(path, "rb") as f, _progress(path.stat().st_size, f"jsonl {path.name}",
+                                          progress) as advance:
+        for n, text, ended in _lines(f, path, _json_key_before):
             advance(len(text) + 1)
             if not text.strip():
                 continue
@@ -494,7 +587,8 @@ def import_jsonl(src, *, num_experts: int | None = None, top_k: int | None = Non
                            ) from None
             if not isinstance(rec, dict):
                 raise _err(path, n, "record", f"expected a JSON object, got {type(rec).__name__}")
-            if "layer" not in rec and ("num_experts" in rec or "top_k" in rec):
+            if fields.get("layer", "layer") not in rec and (
+                    "num_experts" in rec or "top_k" in rec):
                 if step.n:
                     raise _err(path, n, "header", "header must be the first line")
                 hk = rec.get("top_k", k)
@@ -506,14 +600,14 @@ def import_jsonl(src, *, num_experts: int | None = None, top_k: int | None = Non
                                f"the given num_experts={num_experts}, top_k={top_k}")
                 num_experts, k = he, hk
                 continue
-            unknown = set(rec) - {"layer", "experts", "weights", "step", "request", "requests",
-                                  "token"}
-            if unknown:
-                raise _err(path, n, sorted(unknown)[0], "unknown field; allowed: layer, "
-                           "experts, weights, step, request(s), token")
+            rec = _map_record(path, n, rec, fields, ignore_unknown)
             if num_experts is None:
                 raise _err(path, n, "num_experts", "unknown: give --experts or a header line "
                            '{"num_experts": E, "top_k": K}')
+            if "layer" not in rec:
+                hint = (f" (mapped from {fields['layer']!r})" if "layer" in fields else
+                        "; --field layer=NAME maps a recorder's name")
+                raise _err(path, n, "layer", f"missing: every record names its layer{hint}")
             for name in ("layer", "step"):
                 v = rec.get(name, 0)
                 if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -550,16 +644,19 @@ def import_jsonl(src, *, num_experts: int | None = None, top_k: int | None = Non
             step.extend(np.full(len(ids), rec.get("step", 0)))
             layer.extend(np.full(len(ids), rec["layer"]))
             req.extend(r)
+            line.extend(np.full(len(ids), n))
     if ids_g is None:
         raise TraceError(f"{path}: no routing records")
     return _assemble(path, step.array(), layer.array(), req.array(), ids_g.array(),
-                     w_g.array(), num_experts)
+                     w_g.array(), num_experts, line.array(), ragged)
 
 
-def _assemble(path, step, layer, req, ids, w, num_experts):
-    """Token rows -> [I, L, N, K]: steps sorted, tokens in record order per (step, layer)."""
+def _assemble(path, step, layer_ids, req, ids, w, num_experts, line, ragged="error"):
+    """Token rows -> [I, L, N, K]: steps sorted, recorded layers in increasing order (their
+    ids kept in meta["layers"]), tokens in record order per (step, layer)."""
     steps, si = np.unique(step, return_inverse=True)
-    num_layers = int(layer.max()) + 1
+    layers, layer = np.unique(layer_ids, return_inverse=True)
+    num_layers = len(layers)
     order = np.lexsort((np.arange(len(step)), layer, si))
     s_o, l_o = si[order], layer[order]
     group = s_o * num_layers + l_o
@@ -568,25 +665,44 @@ def _assemble(path, step, layer, req, ids, w, num_experts):
     pos = np.arange(len(group)) - np.repeat(first, sizes)
     per = np.zeros((len(steps), num_layers), np.int64)
     per[s_o[first], l_o[first]] = sizes
-    for i in range(len(steps)):  # per-step check (steps, not tokens)
-        if (per[i] != per[i].max()).any():
-            bad = int(np.argmin(per[i] == per[i].max()))
-            raise TraceError(f"{path}: layer: step {steps[i]} has {per[i, bad]} tokens at "
-                             f"layer {bad} but {per[i].max()} at another layer (every layer "
-                             "of a step must route the same tokens)")
-    n = int(per.max())
+    first_line = np.zeros((len(steps), num_layers), np.int64)
+    first_line[s_o[first], l_o[first]] = line[order][first]
+    common = per.min(1)  # [I] tokens every layer of the step holds
+    dropped = int((per - common[:, None]).sum())
+    if ragged == "error" and dropped:
+        i = int(np.argmax(per.max(1) != common))
+        bad = int(np.argmin(per[i]))
+        full = int(np.argmax(per[i]))
+        where = int(first_line[i, bad] or first_line[i, full])
+        raise _err(path, where, "layer", f"step {steps[i]} has {per[i, bad]} tokens at layer "
+                   f"{layers[bad]} but {per[i, full]} at layer {layers[full]} (every layer of "
+                   "a step must route the same tokens; --truncate-to-common keeps the common "
+                   "tokens and counts what it drops)")
+    keep_step = common > 0
+    if not keep_step.any():
+        raise TraceError(f"{path}: layer: no step has a token at every layer "
+                         f"({len(layers)} layers recorded)")
+    keep = pos < common[s_o]  # the first `common` tokens of each (step, layer)
+    new_step = np.cumsum(keep_step) - 1
+    s_k, l_k, p_k = new_step[s_o[keep]], l_o[keep], pos[keep]
+    rows = order[keep]
+    steps_kept = steps[keep_step]
+    n = int(common.max())
     k = ids.shape[-1]
-    out_ids = np.full((len(steps), num_layers, n, k), -1, np.int32)
-    out_w = np.zeros((len(steps), num_layers, n, k), np.float32)
-    out_ids[s_o, l_o, pos] = ids[order]
-    out_w[s_o, l_o, pos] = w[order]
-    mask = np.arange(n)[None, :] < per[:, :1]
-    request = np.full((len(steps), n), -1, np.int32)
-    l0 = l_o == 0
-    request[s_o[l0], pos[l0]] = req[order][l0]
+    out_ids = np.full((len(steps_kept), num_layers, n, k), -1, np.int32)
+    out_w = np.zeros((len(steps_kept), num_layers, n, k), np.float32)
+    out_ids[s_k, l_k, p_k] = ids[rows]
+    out_w[s_k, l_k, p_k] = w[rows]
+    mask = np.arange(n)[None, :] < common[keep_step][:, None]
+    request = np.full((len(steps_kept), n), -1, np.int32)
+    l0 = l_k == 0
+    request[s_k[l0], p_k[l0]] = req[rows][l0]
     trace = _token_trace(out_ids, out_w, mask, num_experts, request)
-    meta = {"source": "jsonl", "path": str(path), "steps": steps.tolist()[:10000],
-            "tokens": int(per[:, 0].sum())}
+    meta = {"source": "jsonl", "path": str(path), "steps": steps_kept.tolist()[:10000],
+            "layers": layers.tolist(), "tokens": int(common.sum())}
+    if ragged != "error":
+        meta.update(ragged=ragged, dropped_tokens=dropped,
+                    dropped_steps=int((~keep_step).sum()))
     return trace, meta
 
 
@@ -603,11 +719,18 @@ def import_counts_csv(src, *, top_k: int, num_experts: int | None = None,
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
     rows: dict[tuple[int, int], np.ndarray] = {}
-    with open(path, encoding="utf-8", newline="") as f, _progress(
+    with open(path, "rb") as f, _progress(
         path.stat().st_size, f"csv {path.name}", progress
     ) as advance:
         header = None
-        for n, text, ended in _lines(f):
+
+        def csv_column(before: str) -> str | None:
+            col = before.count(",")
+            if header is None or col >= len(header):
+                return "header" if header is None else None
+            return f"count of expert {header[col]}" if col >= lead else header[col]
+
+        for n, text, ended in _lines(f, path, csv_column):
             advance(len(text) + 1)
             if not text.strip() or text.lstrip().startswith("#"):
                 continue
@@ -683,5 +806,6 @@ def import_trace(fmt: str, srcs: Sequence, *, num_experts: int | None = None,
         return import_olmoe(srcs, num_experts=num_experts, top_k=top_k, progress=progress,
                             **options)
     if fmt == "jsonl":
-        return import_jsonl(srcs[0], num_experts=num_experts, top_k=top_k, progress=progress)
+        return import_jsonl(srcs[0], num_experts=num_experts, top_k=top_k, progress=progress,
+                            **options)
     return import_counts_csv(srcs[0], top_k=top_k, num_experts=num_experts, progress=progress)

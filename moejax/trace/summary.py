@@ -53,6 +53,15 @@ def _floats(x) -> list | float:
     return np.asarray(x, np.float64).tolist()
 
 
+def _mean_finite(x: np.ndarray, axis=0) -> np.ndarray:
+    """Mean over `axis` of the finite values; NaN where there are none (no RuntimeWarning)."""
+    x = np.asarray(x, np.float64)
+    ok = np.isfinite(x)
+    n = ok.sum(axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, np.where(ok, x, 0.0).sum(axis) / np.maximum(n, 1), np.nan)
+
+
 def summarize(trace: Trace) -> dict:
     """Plain-Python statistics of a trace or batch (pooled over traces and iterations).
 
@@ -74,7 +83,22 @@ def summarize(trace: Trace) -> dict:
     active = (flat > 0).sum(-1)  # [T, I, L]
     with np.errstate(invalid="ignore"):
         skew_iter = _skew(_fractions(flat))
-    skew_iter_mean = float(np.nanmean(skew_iter)) if np.isfinite(skew_iter).any() else math.nan
+    skew_iter_mean = float(_mean_finite(skew_iter.ravel()))
+    # Each trace's own statistics (pooled over its iterations), averaged over traces: the
+    # traces of a batch are independent samples whose hot experts differ, so pooling them
+    # averages skew away (a batch of 4 powerlaw traces: 1.6 pooled, 2.5 per trace).
+    tr_layer = _fractions(flat.sum(1))  # [T, L, E]
+    tr_all = _fractions(flat.sum((1, 2)))  # [T, E]
+    with np.errstate(invalid="ignore"):
+        per_trace = {
+            "skew_per_trace": _floats(_mean_finite(_skew(tr_all))),
+            "skew_per_trace_per_layer": _floats(_mean_finite(_skew(tr_layer))),
+            "gini_per_trace": _floats(_mean_finite(_gini(tr_all))),
+            "gini_per_trace_per_layer": _floats(_mean_finite(_gini(tr_layer))),
+            "entropy_per_trace": _floats(_mean_finite(_entropy_normalized(tr_all))),
+            "entropy_per_trace_per_layer": _floats(_mean_finite(_entropy_normalized(tr_layer))),
+            "top_load_per_trace_per_layer": _floats(_mean_finite(np.max(tr_layer, -1))),
+        }
     return {
         "num_traces": t,
         "num_iterations": i,
@@ -95,6 +119,7 @@ def summarize(trace: Trace) -> dict:
         "activated_experts": float(active.mean()),
         "activated_experts_per_layer": _floats(active.mean(axis=(0, 1))),
         "activated_experts_expected": float(activated_experts_expected(tokens, k, e).mean()),
+        **per_trace,
     }
 
 
@@ -105,40 +130,58 @@ def format_summary(d: dict) -> str:
         return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
     kind = "token-level" if d["has_tokens"] else "counts-only"
+    batch = d["num_traces"] > 1 and "skew_per_trace" in d
+    what = "traces" if d["num_traces"] != 1 else "trace"
     lines = [
-        f"trace: {d['num_traces']} x {d['num_iterations']} iterations x {d['num_layers']} "
-        f"layers, E={d['num_experts']}, top_k={d['top_k']}, {kind}, "
+        f"trace: {d['num_traces']} {what} x {d['num_iterations']} iterations x "
+        f"{d['num_layers']} layers, E={d['num_experts']}, top_k={d['top_k']}, {kind}, "
         f"{f(d['tokens_per_iteration_mean'], '.1f')} tokens/iteration",
+    ]
+    if batch:
+        lines.append(f"statistics of each trace (its iterations pooled), mean over the "
+                     f"{d['num_traces']} traces; 'active' is per iteration")
+        skew, gini, ent = (d["skew_per_trace_per_layer"], d["gini_per_trace_per_layer"],
+                           d["entropy_per_trace_per_layer"])
+        tops = [None] * len(skew)
+        top_load = d["top_load_per_trace_per_layer"]
+        total = (d["skew_per_trace"], d["gini_per_trace"], d["entropy_per_trace"])
+        head = "top share"
+    else:
+        skew, gini, ent = d["skew_per_layer"], d["gini_per_layer"], d["entropy_per_layer"]
+        tops, top_load = [], []
+        for load in d["load_per_layer"]:
+            finite = np.isfinite(load).any()
+            tops.append(int(np.nanargmax(load)) if finite else None)
+            top_load.append(load[tops[-1]] if finite else math.nan)
+        total = (d["skew"], d["gini"], d["entropy"])
+        head = "top expert"
+    lines += [
         "",
         f"{'layer':>7} {'max/mean':>9} {'gini':>7} {'entropy':>8} {'active':>8} "
-        f"{'top expert':>11} {'load':>7}",
+        f"{head:>11} {'load':>7}",
     ]
-    rows = zip(
-        d["load_per_layer"],
-        d["skew_per_layer"],
-        d["gini_per_layer"],
-        d["entropy_per_layer"],
-        d["activated_experts_per_layer"],
-        strict=True,
-    )
-    for j, (load, skew, gini, ent, act) in enumerate(rows):
-        top = int(np.nanargmax(load)) if np.isfinite(load).any() else -1
-        top_load = load[top] if top >= 0 else math.nan
+    rows = zip(skew, gini, ent, d["activated_experts_per_layer"], tops, top_load, strict=True)
+    for j, (sk, gi, en, act, top, tl) in enumerate(rows):
+        if not np.isfinite(sk):  # a layer with no tokens: say so, not a row of nan
+            lines.append(f"{j:>7}   (no tokens routed)")
+            continue
         lines.append(
-            f"{j:>7} {f(skew):>9} {f(gini):>7} {f(ent):>8} {f(act, '.2f'):>8} "
-            f"{top:>11} {f(100 * top_load, '.1f'):>6}%"
+            f"{j:>7} {f(sk):>9} {f(gi):>7} {f(en):>8} {f(act, '.2f'):>8} "
+            f"{'-' if top is None else top:>11} {f(100 * tl, '.1f'):>6}%"
         )
     lines.append(
-        f"{'all':>7} {f(d['skew']):>9} {f(d['gini']):>7} {f(d['entropy']):>8} "
+        f"{'all':>7} {f(total[0]):>9} {f(total[1]):>7} {f(total[2]):>8} "
         f"{f(d['activated_experts'], '.2f'):>8}"
     )
     lines += [
         "",
-        f"max/mean of one iteration and layer, averaged: {f(d['skew_iteration_mean'])}",
+        f"max/mean load is of all of a trace's iterations pooled; within single iterations "
+        f"({f(d['tokens_per_iteration_mean'], '.1f')} tokens each) it averages "
+        f"{f(d['skew_iteration_mean'])} (fewer tokens, more sampling noise)",
         f"activated experts per iteration: {f(d['activated_experts'], '.2f')} measured, "
         f"{f(d['activated_experts_expected'], '.2f')} expected if uniform (003 §3.2)",
     ]
-    if d["num_experts"] <= 32:
+    if d["num_experts"] <= 32 and not batch:
         loads = " ".join(f(100 * x, ".1f") for x in d["load"])
         lines.append(f"load per expert (%): {loads}")
     return "\n".join(lines)
