@@ -307,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     from moejax.tune.cli import add_tune_parser
 
     add_tune_parser(sub, _positive_int).set_defaults(fn=_tune)
+    from moejax.sweep_cli import add_parser as add_sweep_parser
+
+    add_distributed_arguments(add_sweep_parser(sub, _positive_int))
     from moejax.latency_table import add_export_parser
 
     add_export_parser(sub, _positive_int)

@@ -251,8 +251,8 @@ def allreduce_unit_phases(cfg: WaferConfig):
         loads_of = [np.asarray(cfg.topo.link_loads(jnp.asarray(st)), np.float64)
                     for _, st in phases]
     for (steps, step), loads in zip(phases, loads_of, strict=True):
-        lat = float((cfg.topo.path_latency_s * (step * (1 - np.eye(len(step))) > 0)).max())
-        out.append((steps, loads, lat))
+        lat = (cfg.topo.path_latency_s * (step * (1 - np.eye(len(step))) > 0)).max()
+        out.append((steps, loads, lat if isinstance(lat, jax.core.Tracer) else float(lat)))
     return tuple(out)
 
 
@@ -396,7 +396,8 @@ def unit_tables(cfg: WaferConfig, counts_only: bool) -> UnitTables | None:
         parts["hops"].append((t * cfg.topo.hops).sum(axis=(1, 2)))
         parts["remote"].append((t * off).sum(axis=(1, 2)))
         parts["total"].append(t.sum(axis=(1, 2)))
-    return UnitTables(**{k: np.concatenate(v).astype(np.float32) for k, v in parts.items()})
+    xp = jnp if isinstance(plat, jax.core.Tracer) else np  # a swept hop latency (moejax.sweep)
+    return UnitTables(**{k: xp.concatenate(v).astype(xp.float32) for k, v in parts.items()})
 
 
 def all_to_all_parts(cfg: WaferConfig, host, expert_ids, token_mask, counts, tau_s):
