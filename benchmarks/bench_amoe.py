@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import _device  # benchmarks/_device.py: --device, environment line
 import jax
 import numpy as np
 
@@ -40,7 +41,9 @@ def main() -> None:
                     help="estimated events of one full stream, for the projection")
     ap.add_argument("--ref-events", type=int, default=0,
                     help="with --events: reference events to time (default --events)")
+    _device.add_argument(ap)
     args = ap.parse_args()
+    _device.select(args.device)
     if args.events:
         return partial(args)
     print(f"backend: {jax.default_backend()}, devices: {jax.devices()}")

@@ -71,9 +71,6 @@ def launch(n: int, args, save: str) -> float:
     line = [x for x in outs[0].splitlines() if x.startswith("RESULT")]
     if not line:
         sys.exit(f"process 0 of {n} failed:\n{outs[0]}")
-    for x in outs[0].splitlines():
-        if x.startswith("backend") and n == 1:
-            print(x)
     return float(line[0].split()[1])
 
 
@@ -95,6 +92,7 @@ def main():
     args = ap.parse_args()
     if args.worker:
         return worker(args)
+    _device.select(args.device)  # the backend must exist here before workers start
     import numpy as np
 
     print(f"EP, {args.model} on {args.hardware}, {args.traces} traces x {args.tokens} tokens; "

@@ -83,6 +83,8 @@ def parse_vary(text: str) -> Vary:
             vals = np.array([float(v) for v in spec.split(",") if v.strip()])
             if vals.size == 0:
                 raise ConfigError(f"--vary {text!r}: empty list of values")
+    except ConfigError:
+        raise
     except ValueError:
         raise ConfigError(f"--vary {text!r}: expected KEY=LO:HI:N, KEY=LO:HI:Nlog or "
                           "KEY=V1,V2,... with numbers") from None
