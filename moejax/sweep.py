@@ -136,7 +136,7 @@ def with_platform_values(platform, values: dict):
                                topology=dataclasses.replace(platform.topology, **top))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: one compile per plan
 class Plan:
     """How a sweep runs: the system entry, which keys go to params and which to the platform."""
 
