@@ -225,7 +225,7 @@ def run(plan: Plan, points: dict[str, np.ndarray], traces, key, *,
             vals = {k: jnp.asarray(v[s:s + per], jnp.float32) for k, v in points.items()}
             outs.append(jax.tree_util.tree_map(np.asarray, fn(vals, traces, key_data)))
             advance()
-    return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
+    return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *outs)
 
 
 def summarize(points: dict[str, np.ndarray], out: dict[str, np.ndarray],
