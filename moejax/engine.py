@@ -119,7 +119,7 @@ def simulate(
     chunk_size: traces per compiled call (default `default_chunk(traces)`); a progress bar is shown
       when there are more than 8 chunks (or `progress=True`).
     Traces are sharded over all local devices (`jax.sharding`) when there are several and
-    the chunk divides evenly; results are identical to the single-device run. In a
+    the chunk divides evenly; results equal the single-device run to float32 rounding. In a
     multi-process run (`moejax.distributed`) each process simulates its block of the global
     trace indices and the results are all-gathered: identical to the single-process run.
     """
