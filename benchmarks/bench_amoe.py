@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import _device  # benchmarks/_device.py: --device, environment line
 import jax
 import numpy as np
 
@@ -48,7 +49,9 @@ def main() -> None:
                     help="with --events: reference events to time (default --events)")
     ap.add_argument("--core", action="store_true",
                     help="exact CPU core vs the JAX path on the same stream (events/s)")
+    _device.add_argument(ap)
     args = ap.parse_args()
+    _device.select(args.device)
     if args.core:
         return core_vs_jax(args)
     if args.events:

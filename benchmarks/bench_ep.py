@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import _device  # benchmarks/_device.py: --device, environment line
 import jax
 import numpy as np
 
@@ -64,7 +65,9 @@ def main():
     ap.add_argument("--sizes", default="1,16,256,4096")
     ap.add_argument("--numpy-traces", type=int, default=128,
                     help="traces timed per NumPy round (its rate is per trace)")
+    _device.add_argument(ap)
     args = ap.parse_args()
+    _device.select(args.device)
     platform, model = load_platform(args.hardware), load_model(args.model)
     cfg = ep.make_config(platform, model)
     INC[id(cfg)] = cfg.topo.incidence()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import _device  # benchmarks/_device.py: --device, environment line
 import jax
 import numpy as np
 
@@ -35,7 +36,9 @@ def main():
     # 1024 traces ran ~1.7x faster than with 256 per call (docs/reproduction/fsedp.md)
     ap.add_argument("--chunk", type=int, default=64, help="traces per compiled call")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per side; best kept")
+    _device.add_argument(ap)
     args = ap.parse_args()
+    _device.select(args.device)
     model = load_model("qwen3-30b-a3b")
     cfg = make_config(load_platform("chiplet-2x2"), model, ablation=args.ablation)
     params = default_params(cfg)

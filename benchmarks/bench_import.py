@@ -12,6 +12,7 @@ import resource
 import time
 from pathlib import Path
 
+import _device  # benchmarks/_device.py: --device, environment line
 import numpy as np
 
 from moejax.trace import importers
@@ -69,7 +70,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=float, default=50.0)
     ap.add_argument("--dir", default="/tmp/moejax_bench_import")
+    _device.add_argument(ap)
     args = ap.parse_args()
+    _device.select(args.device)
     rng = np.random.default_rng(0)
     root = Path(args.dir)
     esft = root / "esft"

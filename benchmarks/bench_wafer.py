@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import _device  # benchmarks/_device.py: --device, environment line
 import jax
 import numpy as np
 
@@ -101,7 +102,9 @@ def main():
     ap.add_argument("--numpy-max", type=int, default=64, help="traces timed in the NumPy loop")
     ap.add_argument("--network", default="link_load", choices=("link_load", "eq1"),
                     help="eq1: 001 Eq. 1 mode with bidirectional rings")
+    _device.add_argument(ap)
     args = ap.parse_args()
+    _device.select(args.device)
 
     model = with_overrides(load_model(args.model), weight_bytes=1.0)
     cfg = ws.make_config(load_platform(args.hardware), model, mapping=args.mapping,

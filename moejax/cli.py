@@ -21,7 +21,7 @@ DEFAULT_GEN = "powerlaw:alpha=1.2"
 def _simulate(args) -> int:
     import jax
 
-    from moejax import api, engine
+    from moejax import api, distributed, engine
     from moejax.results import atomic_write_csv, atomic_write_json
     from moejax.systems.amoe import cli as amoe_cli
     from moejax.trace import gen
@@ -64,7 +64,8 @@ def _simulate(args) -> int:
         source = f"generated {gen.spec_to_str(spec)}"
     t0 = time.perf_counter()
     out = api.simulate(setup.platform, m, setup.policy, traces, key=key,
-                       chunk_size=args.chunk, progress=not args.quiet)
+                       chunk_size=args.chunk,
+                       progress=not args.quiet and distributed.is_writer())
     wall = time.perf_counter() - t0
     n = int(np.asarray(out["latency_s"]).shape[0])
     summary = {
@@ -85,6 +86,8 @@ def _simulate(args) -> int:
         "tokens_per_s_mean": float(np.mean(out["tokens_per_s"])),
         "wall_s": wall,
     }
+    if not distributed.is_writer():  # multi-process run: process 0 prints and writes
+        return 0
     _print_summary(summary)
     if args.out:
         out_dir = Path(args.out)
@@ -223,8 +226,14 @@ def _reproduce(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from moejax import reproduce
+    from moejax import distributed, reproduce
 
+    if not distributed.is_writer():  # multi-process run: the others write to a scratch folder
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="moejax-rank-") as scratch:
+            reproduce.run(args.study, Path(scratch), args.quick)
+        return 0
     report = reproduce.run(args.study, Path(args.out), args.quick)
     t = Table(title=f"{args.study}: claims ({'quick' if args.quick else 'full'} run)")
     for c in ("id", "paper", "simulated", "holds"):
@@ -278,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--requests", type=_positive_int, default=256,
                    help="stream-serving policies: requests per stream")
     s.set_defaults(fn=_simulate)
+    from moejax.distributed import add_arguments as add_distributed_arguments
+
+    add_distributed_arguments(s)
 
     c = sub.add_parser("catalog", help="list hardware, models or policies")
     c.add_argument("what", choices=["hardware", "models", "policies"])
@@ -288,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quick", action="store_true", help="small grid, a few minutes on 2 cores")
     r.add_argument("--out", required=True, help="folder for CSV, PNG and summary.json")
     r.set_defaults(fn=_reproduce)
+    add_distributed_arguments(r)
 
     t = sub.add_parser("trace", help="generate or inspect routing traces")
     tsub = t.add_subparsers(dest="trace_cmd", required=True)
@@ -317,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     from moejax.tune.cli import add_tune_parser
 
     add_tune_parser(sub, _positive_int).set_defaults(fn=_tune)
+    from moejax.sweep_cli import add_parser as add_sweep_parser
+
+    add_distributed_arguments(add_sweep_parser(sub, _positive_int))
     from moejax.latency_table import add_export_parser
 
     add_export_parser(sub, _positive_int)
@@ -346,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         from moejax.outpaths import check_outputs
 
         check_outputs(args)  # before any work: a bad --out is one line, nothing written
+        from moejax import distributed
+
+        distributed.initialize(distributed.launch_from_args(args))
         return args.fn(args)
     except MoejaxError as e:
         print(f"moejax: error: {e}", file=sys.stderr)

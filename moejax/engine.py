@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from moejax import distributed
 from moejax.errors import MoejaxError
 from moejax.trace.chunked import ChunkedTraces
 
@@ -127,7 +128,9 @@ def simulate(
     traces: a pytree with a leading `[T]` axis, or a `ChunkedTraces` whose chunks are made
       inside the chunk loop (a generated batch never exists whole).
     Traces are sharded over all local devices (`jax.sharding`) when there are several and
-    the chunk divides evenly; results are identical to the single-device run.
+    the chunk divides evenly; results equal the single-device run to float32 rounding. In a
+    multi-process run (`moejax.distributed`) each process simulates its block of the global
+    trace indices and the results are all-gathered: identical to the single-process run.
     """
     n = batch_size(traces)
     key = jax.random.key(0) if key is None else key
@@ -136,6 +139,9 @@ def simulate(
     keys = jax.random.split(key, n)
     key_data = jax.random.key_data(keys)
     chunk = min(n, chunk_size or default_chunk(traces))
+    part = distributed.partition(n, chunk)  # several processes: this one's whole chunks
+    if part is not None:
+        traces, key_data, n = part.take(traces), part.take(key_data), part.rows
     fn = _compiled(system, sweep, str(jax.random.key_impl(keys)))
     starts = range(0, n, chunk)
     lazy = isinstance(traces, ChunkedTraces)
@@ -157,9 +163,8 @@ def simulate(
                         key_data[s : s + chunk])
             results.append(fn(params, *_shard(*args, devices)))
             advance()
-    if len(results) == 1:
-        return results[0]
-    return _concatenate(1 if sweep else 0)(*results)
+    out = results[0] if len(results) == 1 else _concatenate(1 if sweep else 0)(*results)
+    return out if part is None else part.gather(out, 1 if sweep else 0)
 
 
 @functools.cache

@@ -16,6 +16,7 @@ from moejax.errors import ConfigError
 OUTPUTS: dict[tuple[str, ...], dict[str, str]] = {
     ("simulate",): {"out": "dir"},
     ("reproduce",): {"out": "dir"},
+    ("sweep",): {"out": "dir"},
     ("tune",): {"out": "dir", "export": "file", "export_hardware": "file"},
     ("trace", "gen"): {"out": "file-in-folder"},
     ("trace", "import"): {"out": "file-in-folder"},

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -98,12 +99,19 @@ def _mesh_link_index(rows: int, cols: int):
     return {"E": 0, "W": nh, "S": 2 * nh, "N": 2 * nh + nv}, nh, nv
 
 
+def _xp(*values):
+    """NumPy for plain numbers; jax.numpy when a value is traced (a `moejax.sweep` of a
+    bandwidth or latency builds the topology inside a vmapped function)."""
+    return jnp if any(isinstance(v, jax.core.Tracer) for v in values) else np
+
+
 def _mesh(spec: TopologySpec) -> Topology:
     wr, wc = spec.wafer_rows, spec.wafer_cols
     rows, cols = spec.rows * wr, spec.cols * wc
     off, nh, nv = _mesh_link_index(rows, cols)
     lk = 2 * nh + 2 * nv
-    bw = np.full(lk, spec.link_Bps, np.float64)
+    xp = _xp(spec.link_Bps, spec.hop_latency_s, spec.border_Bps)
+    bw = xp.full(lk, spec.link_Bps, xp.float64 if xp is np else None)
     names = []
     for d, (nr, nc) in zip("EWSN", [(rows, cols - 1)] * 2 + [(rows - 1, cols)] * 2, strict=True):
         names += [f"{d} r{r} c{c}" for r in range(nr) for c in range(nc)]
@@ -112,21 +120,23 @@ def _mesh(spec: TopologySpec) -> Topology:
         # die-to-die links that cross it (one per die row / column along the border).
         h_border = spec.border_Bps / spec.rows
         v_border = spec.border_Bps / spec.cols
+        h_mask, v_mask = np.zeros(lk, bool), np.zeros(lk, bool)
         for c in range(cols - 1):
             if (c + 1) % spec.cols == 0:
                 for r in range(rows):
-                    bw[off["E"] + r * (cols - 1) + c] = h_border
-                    bw[off["W"] + r * (cols - 1) + c] = h_border
+                    h_mask[off["E"] + r * (cols - 1) + c] = True
+                    h_mask[off["W"] + r * (cols - 1) + c] = True
         for r in range(rows - 1):
             if (r + 1) % spec.rows == 0:
                 for c in range(cols):
-                    bw[off["S"] + r * cols + c] = v_border
-                    bw[off["N"] + r * cols + c] = v_border
+                    v_mask[off["S"] + r * cols + c] = True
+                    v_mask[off["N"] + r * cols + c] = True
+        bw = xp.where(h_mask, h_border, xp.where(v_mask, v_border, bw))
     r_of, c_of = np.divmod(np.arange(rows * cols), cols)
     hops = np.abs(r_of[:, None] - r_of[None, :]) + np.abs(c_of[:, None] - c_of[None, :])
     return Topology(
         kind=spec.kind, num_devices=rows * cols, link_Bps=bw,
-        link_latency_s=np.full(lk, spec.hop_latency_s), link_names=tuple(names),
+        link_latency_s=xp.full(lk, spec.hop_latency_s), link_names=tuple(names),
         path_latency_s=hops * spec.hop_latency_s, hops=hops, rows=rows, cols=cols,
     )
 
@@ -160,9 +170,10 @@ def _ring(spec: TopologySpec, d: int) -> Topology:
     dist = (np.arange(d)[None, :] - np.arange(d)[:, None]) % d
     hops = np.minimum(dist, d - dist)
     names = tuple([f"cw {i}" for i in range(d)] + [f"ccw {i}" for i in range(d)])
+    xp = _xp(spec.link_Bps, spec.hop_latency_s)
     return Topology(
-        kind="ring", num_devices=d, link_Bps=np.full(2 * d, spec.link_Bps),
-        link_latency_s=np.full(2 * d, spec.hop_latency_s), link_names=names,
+        kind="ring", num_devices=d, link_Bps=xp.full(2 * d, spec.link_Bps),
+        link_latency_s=xp.full(2 * d, spec.hop_latency_s), link_names=names,
         path_latency_s=hops * spec.hop_latency_s, hops=hops,
     )
 
@@ -170,9 +181,10 @@ def _ring(spec: TopologySpec, d: int) -> Topology:
 def _switch(spec: TopologySpec, d: int) -> Topology:
     off = 1 - np.eye(d, dtype=np.int64)
     names = tuple([f"up {i}" for i in range(d)] + [f"down {i}" for i in range(d)])
+    xp = _xp(spec.link_Bps, spec.hop_latency_s)
     return Topology(
-        kind="switch", num_devices=d, link_Bps=np.full(2 * d, spec.link_Bps),
-        link_latency_s=np.full(2 * d, spec.hop_latency_s / 2), link_names=names,
+        kind="switch", num_devices=d, link_Bps=xp.full(2 * d, spec.link_Bps),
+        link_latency_s=xp.full(2 * d, spec.hop_latency_s / 2), link_names=names,
         path_latency_s=off * spec.hop_latency_s, hops=2 * off,
     )
 
@@ -185,9 +197,10 @@ def _hierarchical(spec: TopologySpec) -> Topology:
     names = []
     for kind in ("nvl up", "nvl down", "nic up", "nic down"):
         names += [f"{kind} {i}" for i in range(d)]
-    bw = np.concatenate([np.full(2 * d, spec.link_Bps), np.full(2 * d, spec.inter_Bps)])
-    lat = np.concatenate(
-        [np.full(2 * d, spec.hop_latency_s / 2), np.full(2 * d, spec.inter_latency_s / 2)]
+    xp = _xp(spec.link_Bps, spec.inter_Bps, spec.hop_latency_s, spec.inter_latency_s)
+    bw = xp.concatenate([xp.full(2 * d, spec.link_Bps), xp.full(2 * d, spec.inter_Bps)])
+    lat = xp.concatenate(
+        [xp.full(2 * d, spec.hop_latency_s / 2), xp.full(2 * d, spec.inter_latency_s / 2)]
     )
     return Topology(
         kind="hierarchical", num_devices=d, link_Bps=bw, link_latency_s=lat,

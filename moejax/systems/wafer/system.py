@@ -279,8 +279,8 @@ def allreduce_unit_phases(cfg: WaferConfig):
         ports_of = [eq1.port_parts_np(st, eq1.tables(cfg.topo, cfg.eq1_ports)) if cfg.eq1
                     else None for _, st in phases]
     for (steps, step), loads, ports in zip(phases, loads_of, ports_of, strict=True):
-        lat = float((cfg.topo.path_latency_s * (step * (1 - np.eye(len(step))) > 0)).max())
-        out.append((steps, loads, lat, ports))
+        lat = (cfg.topo.path_latency_s * (step * (1 - np.eye(len(step))) > 0)).max()
+        out.append((steps, loads, lat if isinstance(lat, jax.core.Tracer) else float(lat), ports))
     return tuple(out)
 
 
@@ -452,7 +452,8 @@ def unit_tables(cfg: WaferConfig, counts_only: bool) -> UnitTables | None:
         parts["total"].append(t.sum(axis=(1, 2)))
     if cfg.eq1 and support.max() > 1:  # overlapping units: the latency indicator is not linear
         return None
-    return UnitTables(**{k: np.concatenate(v).astype(np.float32) for k, v in parts.items()})
+    xp = jnp if isinstance(plat, jax.core.Tracer) else np  # a swept hop latency (moejax.sweep)
+    return UnitTables(**{k: xp.concatenate(v).astype(xp.float32) for k, v in parts.items()})
 
 
 def all_to_all_parts(cfg: WaferConfig, host, expert_ids, token_mask, counts, tau_s):

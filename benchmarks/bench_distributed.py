@@ -1,0 +1,113 @@
+"""Traces per second of EP over 1 and over N jax.distributed processes on this machine
+(loopback coordinator, gloo collectives on CPU): is there hidden serialization?
+
+    .venv/bin/python benchmarks/bench_distributed.py [--processes 2] [--traces 8192] [--reps 4]
+
+Each process generates the same traces (same key), simulates its block of whole chunks and
+all-gathers the per-trace results (`moejax.distributed`); the timed calls follow a first
+one (which compiles), and includes the all-gather. Rounds alternate 1 and N processes and
+the best of each is kept (the machine is shared). Also checks the N-process result equals the
+1-process one bit for bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import _device  # noqa: E402
+
+
+def worker(args) -> None:
+    import jax
+    import numpy as np
+
+    from moejax import distributed, engine
+    from moejax.hardware import load_platform
+    from moejax.models import load_model
+    from moejax.systems import ep
+    from moejax.trace import gen
+
+    distributed.initialize(distributed.launch_from_args(args))
+    if distributed.is_writer():
+        _device.select(args.device)
+    cfg = ep.make_config(load_platform(args.hardware), load_model(args.model))
+    system, params = ep.build(cfg, 1), ep.default_params(cfg)
+    traces = gen.generate("powerlaw:alpha=1.2", jax.random.key(0), num_traces=args.traces,
+                          iterations=1, layers=1, tokens=args.tokens,
+                          num_experts=cfg.model.num_experts, top_k=cfg.model.top_k)
+    jax.block_until_ready(engine.simulate(system, params, traces, progress=False))
+    distributed.sync("timed")
+    t0 = time.perf_counter()
+    for _ in range(args.reps):
+        out = jax.block_until_ready(engine.simulate(system, params, traces, progress=False))
+    wall = (time.perf_counter() - t0) / args.reps
+    if distributed.is_writer():
+        np.save(args.save, np.asarray(out["latency_s"]))
+        print(f"RESULT {wall:.4f}")
+
+
+def launch(n: int, args, save: str) -> float:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = [sys.executable, __file__, "--worker", "--traces", str(args.traces), "--tokens",
+            str(args.tokens), "--reps", str(args.reps), "--hardware", args.hardware,
+            "--model", args.model, "--save", save, "--device", args.device]
+    dist = lambda r: ["--coordinator", f"127.0.0.1:{port}", "--num-processes", str(n),  # noqa: E731
+                      "--process-id", str(r)] if n > 1 else []
+    env = {**os.environ, "JAX_PLATFORMS": args.device}
+    procs = [subprocess.Popen(base + dist(r), env=env, stdout=subprocess.PIPE, text=True)
+             for r in range(n)]
+    outs = [p.communicate()[0] for p in procs]
+    line = [x for x in outs[0].splitlines() if x.startswith("RESULT")]
+    if not line:
+        sys.exit(f"process 0 of {n} failed:\n{outs[0]}")
+    return float(line[0].split()[1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--traces", type=int, default=8192)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--hardware", default="chiplet-2x2")
+    ap.add_argument("--model", default="qwen3-30b-a3b")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=4, help="timed calls per process run")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--save", help=argparse.SUPPRESS)
+    _device.add_argument(ap)
+    from moejax import distributed
+
+    distributed.add_arguments(ap)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+    _device.select(args.device)  # the backend must exist here before workers start
+    import numpy as np
+
+    print(f"EP, {args.model} on {args.hardware}, {args.traces} traces x {args.tokens} tokens; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    best = {1: float("inf"), args.processes: float("inf")}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.rounds):
+            for n in best:
+                best[n] = min(best[n], launch(n, args, f"{tmp}/lat{n}.npy"))
+        same = np.array_equal(np.load(f"{tmp}/lat1.npy"), np.load(f"{tmp}/lat{args.processes}.npy"))
+    for n, w in best.items():
+        print(f"{n} process(es): {args.traces / w:10.0f} traces/s ({w:.3f} s)")
+    print(f"{args.processes} / 1 processes: {best[1] / best[args.processes]:.2f}x; "
+          f"results equal bit for bit: {same}; load average now {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

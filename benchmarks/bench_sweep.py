@@ -1,0 +1,87 @@
+"""A 32 x 32 FSE-DP design-space sweep (DDR x D2D bandwidth, 000 Fig. 16(b)) in one
+`moejax.sweep.run` vs one `engine.simulate` call per design point, in the same run.
+
+    .venv/bin/python benchmarks/bench_sweep.py [--grid 32] [--traces 64] [--loop-points 32]
+
+The per-point loop reuses one compiled system (the bandwidths are FSE-DP params), the best
+case for a loop; it times `--loop-points` points and scales to the grid (a full loop of
+1,024 calls takes as long as the ratio says). A loop of `moejax simulate` runs, one platform
+TOML per point, would also compile once per point (its System is built from the platform):
+one such compile is timed too. Both sides compile first; times exclude compilation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import _device  # benchmarks/_device.py: --device, environment line
+import jax
+import numpy as np
+
+from moejax import api, engine, sweep
+from moejax.systems import SYSTEMS
+from moejax.trace import gen
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grid", type=int, default=32, help="values per axis")
+    ap.add_argument("--traces", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--policy", default="fsedp")
+    ap.add_argument("--loop-points", type=int, default=32, help="points timed in the loop")
+    ap.add_argument("--points-per-call", type=int, default=None)
+    _device.add_argument(ap)
+    args = ap.parse_args()
+    _device.select(args.device)
+    import os
+
+    setup = api.resolve("chiplet-2x2", "qwen3-30b-a3b", args.policy)
+    entry, m = SYSTEMS[setup.policy.system], setup.model
+    key = jax.random.key(0)
+    tr = gen.generate("powerlaw:alpha=1.2", key, num_traces=args.traces, iterations=1,
+                      layers=1, tokens=args.tokens, num_experts=m.num_experts, top_k=m.top_k)
+    points = sweep.grid([sweep.parse_vary(f"ddr_Bps=25e9:400e9:{args.grid}"),
+                         sweep.parse_vary(f"link_Bps=50e9:800e9:{args.grid}")])
+    n_pts = len(points["ddr_Bps"])
+    impl = str(jax.random.key_impl(key))
+    plan = sweep.make_plan(setup, entry, 1, list(points), tr[:1],
+                           jax.random.key_data(jax.random.split(key, 1)), impl)
+    print(f"{setup.policy.name}, {m.name} on chiplet-2x2, {args.tokens} tokens: {n_pts} points "
+          f"x {args.traces} traces; load average {os.getloadavg()[0]:.1f}")
+
+    t0 = time.perf_counter()
+    sweep.run(plan, {k: v[:1] for k, v in points.items()}, tr, key,
+              points_per_call=args.points_per_call)
+    per = args.points_per_call or max(1, engine.default_chunk(tr) * 8 // args.traces)
+    sweep.run(plan, {k: v[:per] for k, v in points.items()}, tr, key, points_per_call=per)
+    print(f"sweep compile: {time.perf_counter() - t0:.2f} s ({per} points per call)")
+    t0 = time.perf_counter()
+    out = sweep.run(plan, points, tr, key, points_per_call=per)
+    t_sweep = time.perf_counter() - t0
+
+    system, base = entry.from_policy(setup.platform, m, setup.policy.options_table(), 1)
+    t0 = time.perf_counter()
+    jax.block_until_ready(engine.simulate(system, base, tr, key, progress=False))
+    t_compile_one = time.perf_counter() - t0
+    k = min(args.loop_points, n_pts)
+    t0 = time.perf_counter()
+    loop = []
+    for i in range(k):
+        p = base.replace(ddr_Bps=np.float32(points["ddr_Bps"][i]),
+                         link_Bps=np.float32(points["link_Bps"][i]))
+        loop.append(np.asarray(engine.simulate(system, p, tr, key, progress=False)["latency_s"]))
+    t_loop = (time.perf_counter() - t0) / k * n_pts
+    same = np.allclose(np.stack(loop), out["latency_s"][:k], rtol=1e-5)
+    print(f"one sweep call:           {t_sweep:8.2f} s  ({n_pts * args.traces / t_sweep:,.0f} "
+          "point-traces/s)")
+    print(f"{n_pts} simulate calls:     {t_loop:8.2f} s  (timed {k}, scaled)  "
+          f"ratio {t_loop / t_sweep:.1f}x")
+    print(f"+ a compile per point (a `moejax simulate` per platform TOML): "
+          f"~{t_compile_one:.1f} s each, ~{t_compile_one * n_pts:.0f} s for the grid")
+    print(f"sweep == loop on {k} points: {same}; load average now {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""Design-space sweeps as one vmapped batch of design points (`moejax sweep`).
+
+A sweep varies platform values (bandwidths, latencies, buffer sizes, device peak) and policy
+params over a grid (`--vary KEY=LO:HI:N`, the cartesian product of every `--vary`), and
+evaluates every design point on the same traces in one compiled call: `vmap` over points of
+`vmap` over traces.
+
+How a value reaches the simulation, per key:
+- a **params key** is a scalar field of the system's params pytree (e.g. FSE-DP's
+  `num_microslices`, `ddr_Bps`, `link_Bps`, `weight_buffer_bytes`): the batch of params is
+  vmapped, as in `engine.simulate(sweep=True)`;
+- a **hardware key** (`HARDWARE_KEYS`) is a platform value the system takes as static config:
+  the system is built *inside* the vmapped function from a platform whose swept values are
+  traced scalars, so a value that only enters arithmetic becomes a batched param with no
+  change to the system. A value the system uses for shapes or checks on the host (e.g.
+  FSE-DP derives its micro-slice minimum from the buffer size) cannot be traced: the key is
+  rejected in one line naming the keys that can be swept for that system.
+Stream-serving systems (002 AMoE: aep, ep_serving) run per-stream params batches
+(`runner.run_streams(params_batched=True)`): params keys only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from moejax import engine
+from moejax.errors import ConfigError
+
+# Platform values a sweep may trace: key -> (spec, field). `peak_flops` sets the bf16 peak and
+# scales every other dtype's entry by the same factor (the ratios of the vendor sheet).
+HARDWARE_KEYS = {
+    "memory_Bps": ("device", "memory_Bps"),
+    "onchip_buffer_bytes": ("device", "onchip_buffer_bytes"),
+    "memory_capacity_bytes": ("device", "memory_capacity_bytes"),
+    "peak_flops": ("device", "peak_flops"),
+    "link_Bps": ("topology", "link_Bps"),
+    "hop_latency_s": ("topology", "hop_latency_s"),
+    "border_Bps": ("topology", "border_Bps"),
+    "inter_Bps": ("topology", "inter_Bps"),
+    "inter_latency_s": ("topology", "inter_latency_s"),
+}
+# latencies may be 0; everything else must be > 0
+_ZERO_OK = ("hop_latency_s", "inter_latency_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class Vary:
+    """One swept key and its values."""
+
+    key: str
+    values: tuple[float, ...]
+
+
+def parse_vary(text: str) -> Vary:
+    """`KEY=LO:HI:N` (N values from LO to HI, linear), `KEY=LO:HI:Nlog` (geometric) or
+    `KEY=V1,V2,...`; ConfigError naming the field otherwise."""
+    key, sep, spec = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not spec.strip():
+        raise ConfigError(f"--vary {text!r}: expected KEY=LO:HI:N, KEY=LO:HI:Nlog or "
+                          "KEY=V1,V2,...")
+    try:
+        if ":" in spec:
+            parts = spec.split(":")
+            if len(parts) != 3:
+                raise ValueError
+            lo, hi, n = parts
+            geometric = n.strip().endswith("log")
+            n = int(n.strip().removesuffix("log"))
+            lo, hi = float(lo), float(hi)
+            if n < 1:
+                raise ConfigError(f"--vary {text!r}: N = {n} is an empty range; N must be >= 1")
+            if geometric and (lo <= 0 or hi <= 0):
+                raise ConfigError(f"--vary {text!r}: a log range needs LO, HI > 0")
+            vals = np.geomspace(lo, hi, n) if geometric else np.linspace(lo, hi, n)
+        else:
+            vals = np.array([float(v) for v in spec.split(",") if v.strip()])
+            if vals.size == 0:
+                raise ConfigError(f"--vary {text!r}: empty list of values")
+    except ConfigError:
+        raise
+    except ValueError:
+        raise ConfigError(f"--vary {text!r}: expected KEY=LO:HI:N, KEY=LO:HI:Nlog or "
+                          "KEY=V1,V2,... with numbers") from None
+    if not np.all(np.isfinite(vals)):
+        raise ConfigError(f"--vary {text!r}: values must be finite")
+    if key in HARDWARE_KEYS and key not in _ZERO_OK and np.any(vals <= 0):
+        raise ConfigError(f"--vary {text!r}: {key} must be > 0")
+    if key in _ZERO_OK and np.any(vals < 0):
+        raise ConfigError(f"--vary {text!r}: {key} must be >= 0")
+    return Vary(key, tuple(float(v) for v in vals))
+
+
+def grid(varies: list[Vary]) -> dict[str, np.ndarray]:
+    """The cartesian product of the varies: key -> float64 [P] (first key slowest)."""
+    if not varies:
+        raise ConfigError("sweep: give at least one --vary KEY=LO:HI:N")
+    keys = [v.key for v in varies]
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"--vary: each key once; got {keys}")
+    pts = list(itertools.product(*(v.values for v in varies)))
+    return {k: np.array([p[i] for p in pts], np.float64) for i, k in enumerate(keys)}
+
+
+def params_keys(params) -> list[str]:
+    """Scalar (or None) fields of a params dataclass, which a sweep can batch; `tau` is the
+    relaxation temperature, not a design value, and is left out."""
+    out = []
+    for f in dataclasses.fields(params):
+        v = getattr(params, f.name)
+        if f.name != "tau" and (v is None or np.ndim(v) == 0):
+            out.append(f.name)
+    return out
+
+
+def with_platform_values(platform, values: dict):
+    """`platform` with swept values (floats or traced scalars) set, without host checks."""
+    dev, top = {}, {}
+    for k, v in values.items():
+        spec, field = HARDWARE_KEYS[k]
+        if field == "peak_flops":
+            table = dict(platform.device.peak_flops)
+            ref = table.get("bf16", next(iter(table.values())))
+            dev["peak_flops"] = tuple((d, f / ref * v) for d, f in table.items())
+        elif spec == "device":
+            dev[field] = v
+        else:
+            top[field] = v
+    return dataclasses.replace(platform, device=dataclasses.replace(platform.device, **dev),
+                               topology=dataclasses.replace(platform.topology, **top))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: one compile per plan
+class Plan:
+    """How a sweep runs: the system entry, which keys go to params and which to the platform."""
+
+    setup: object  # api.Setup
+    entry: object  # systems.SystemEntry
+    num_iterations: int
+    params_keys: tuple[str, ...]
+    hardware_keys: tuple[str, ...]
+
+
+def _build(plan: Plan, hw: dict):
+    """(System, params) with hardware values `hw` (floats or tracers) on the platform."""
+    s = plan.setup
+    platform = with_platform_values(s.platform, hw) if hw else s.platform
+    return plan.entry.from_policy(platform, s.model, s.policy.options_table(),
+                                  plan.num_iterations)
+
+
+def _one_point(plan: Plan, values: dict, traces, key_data, key_impl: str):
+    """Metrics [T] of one design point: params keys replace params fields, hardware keys
+    rebuild the system on a platform carrying the (traced) values."""
+    system, params = _build(plan, {k: values[k] for k in plan.hardware_keys})
+    params = params.replace(**{k: jnp.asarray(values[k], jnp.float32)
+                               for k in plan.params_keys})
+    keys = jax.random.wrap_key_data(key_data, impl=key_impl)
+    return jax.vmap(lambda tr, k: engine.run_one(system, params, tr, k))(traces, keys)
+
+
+def _traceable(plan: Plan, key: str, sample, key_data, key_impl: str) -> bool:
+    """Whether hardware `key` can be a traced value for this system (an abstract trace of
+    one design point on `sample` traces; nothing is compiled)."""
+    one = dataclasses.replace(plan, params_keys=(), hardware_keys=(key,))
+    try:
+        jax.eval_shape(lambda v: _one_point(one, {key: v}, sample, key_data, key_impl),
+                       jnp.float32(1.0))
+        return True
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
+            jax.errors.TracerIntegerConversionError, jax.errors.TracerArrayConversionError,
+            TypeError, ValueError, ConfigError):
+        return False
+
+
+def make_plan(setup, entry, num_iterations: int, keys: list[str], sample, key_data,
+              key_impl: str) -> Plan:
+    """Sort `keys` into params and hardware keys; ConfigError naming the allowed keys."""
+    _, params = entry.from_policy(setup.platform, setup.model, setup.policy.options_table(),
+                                  num_iterations)
+    pkeys = params_keys(params)
+    hw = tuple(k for k in keys if k not in pkeys)
+    plan = Plan(setup, entry, num_iterations, tuple(k for k in keys if k in pkeys), hw)
+    ok = {k: k in HARDWARE_KEYS and _traceable(plan, k, sample, key_data, key_impl)
+          for k in hw}
+    bad = [k for k in hw if not ok[k]]
+    if bad:
+        def sweepable(k):
+            return ok[k] if k in ok else _traceable(plan, k, sample, key_data, key_impl)
+
+        allowed = sorted(pkeys) + [k for k in HARDWARE_KEYS if sweepable(k)]
+        raise ConfigError(
+            f"--vary {bad[0]}: not a value system {setup.policy.system!r} can sweep "
+            f"(unknown, or static: it fixes shapes or is checked on the host); allowed keys: "
+            f"{', '.join(allowed)}")
+    return plan
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(plan: Plan, key_impl: str):
+    return jax.jit(jax.vmap(lambda values, traces, key_data: _one_point(
+        plan, values, traces, key_data, key_impl), in_axes=(0, None, None)))
+
+
+def run(plan: Plan, points: dict[str, np.ndarray], traces, key, *,
+        points_per_call: int | None = None, progress: bool = False) -> dict[str, np.ndarray]:
+    """Metrics [P, T] of every design point on every trace: one compiled call per block of
+    `points_per_call` points (default: all of them, or as many as keep a call's
+    (point, trace) pairs near `engine.default_chunk`)."""
+    n = engine.batch_size(traces)
+    key_data = jax.random.key_data(jax.random.split(key, n))
+    fn = _compiled(plan, str(jax.random.key_impl(key)))
+    total = len(next(iter(points.values())))
+    per = points_per_call or max(1, engine.default_chunk(traces) * 8 // max(n, 1))
+    blocks = range(0, total, per)
+    outs = []
+    with engine._progress(progress and len(blocks) > 1, len(blocks), "sweep") as advance:
+        for s in blocks:
+            vals = {k: jnp.asarray(v[s:s + per], jnp.float32) for k, v in points.items()}
+            outs.append(jax.tree_util.tree_map(np.asarray, fn(vals, traces, key_data)))
+            advance()
+    return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *outs)
+
+
+def summarize(points: dict[str, np.ndarray], out: dict[str, np.ndarray],
+              metric: str = "latency_s") -> dict[str, np.ndarray]:
+    """Tidy columns, one row per design point: the swept values, then mean / p50 / p99 of
+    `metric` over traces and the trace means of the other per-trace metrics."""
+    cols = {k: np.asarray(v) for k, v in points.items()}
+    x = np.asarray(out[metric], np.float64)
+    cols[f"{metric}_mean"] = x.mean(1)
+    cols[f"{metric}_p50"] = np.percentile(x, 50, axis=1)
+    cols[f"{metric}_p99"] = np.percentile(x, 99, axis=1)
+    for k, v in out.items():
+        if k != metric and np.ndim(v) == 2:
+            cols[f"{k}_mean"] = np.asarray(v, np.float64).mean(1)
+    return cols

@@ -1,0 +1,158 @@
+"""`moejax sweep`: a design-space grid of one platform / model / policy, evaluated as one
+vmapped batch of design points (`moejax.sweep`), written as a tidy CSV and a PNG."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from moejax.errors import ConfigError
+
+DEFAULT_GEN = "powerlaw:alpha=1.2"
+
+
+def add_parser(sub, positive_int):
+    s = sub.add_parser("sweep", help="evaluate a grid of platform / policy values in one "
+                       "vmapped call (CSV + PNG)")
+    s.add_argument("--hardware", default="chiplet-2x2", help="platform name or TOML path")
+    s.add_argument("--model", default="qwen3-30b-a3b")
+    s.add_argument("--policy", default="ep", help="policy name or TOML path")
+    s.add_argument("--vary", action="append", default=[], metavar="KEY=LO:HI:N",
+                   help="a swept value: KEY=LO:HI:N (linear), KEY=LO:HI:Nlog, KEY=V1,V2,...; "
+                        "repeat for a grid (cartesian product)")
+    s.add_argument("--tokens", type=positive_int, default=256, help="tokens per iteration")
+    s.add_argument("--traces", type=positive_int, default=64)
+    s.add_argument("--iterations", type=positive_int, default=1)
+    s.add_argument("--layers", type=positive_int, default=1)
+    s.add_argument("--trace-gen", default=DEFAULT_GEN, help="generator spec")
+    s.add_argument("--metric", default="latency_s", help="per-trace metric summarized as "
+                   "mean / p50 / p99 and plotted (default latency_s)")
+    s.add_argument("--points-per-call", type=positive_int, default=None,
+                   help="design points per compiled call (default: bounded by memory)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True, help="folder for sweep.csv, sweep.png, summary.json")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(fn=command)
+    return s
+
+
+def command(args) -> int:
+    import jax
+
+    from moejax import api, distributed, sweep
+    from moejax.results import atomic_write_csv, atomic_write_json
+    from moejax.systems import SYSTEMS
+    from moejax.trace import gen
+
+    varies = [sweep.parse_vary(v) for v in args.vary]
+    points = sweep.grid(varies)
+    setup = api.resolve(args.hardware, args.model, args.policy)
+    if setup.policy.system in ("aep", "ep_serving"):
+        raise ConfigError(f"--policy {setup.policy.name}: stream-serving systems (aep, "
+                          "ep_serving) are not swept by `moejax sweep` yet; sweepable systems: "
+                          f"{', '.join(k for k in SYSTEMS if k not in ('aep', 'ep_serving'))}")
+    m = setup.model
+    entry = SYSTEMS[setup.policy.system]
+    key = jax.random.key(args.seed)
+    spec = gen.parse_spec(args.trace_gen)
+    traces = gen.generate(spec, key, num_traces=args.traces, iterations=args.iterations,
+                          layers=args.layers, tokens=args.tokens, num_experts=m.num_experts,
+                          top_k=m.top_k)
+    api.check_trace_fits(traces, m, entry.needs_tokens, setup.policy.system)
+    sample_keys = jax.random.key_data(jax.random.split(key, 1))
+    sample = jax.tree_util.tree_map(lambda x: x[:1], traces)
+    plan = sweep.make_plan(setup, entry, traces.num_iterations, list(points), sample,
+                           sample_keys, str(jax.random.key_impl(key)))
+    t0 = time.perf_counter()
+    out = sweep.run(plan, points, traces, key, points_per_call=args.points_per_call,
+                    progress=not args.quiet and distributed.is_writer())
+    wall = time.perf_counter() - t0
+    if args.metric not in out or np.ndim(out[args.metric]) != 2:
+        per_trace = sorted(k for k, v in out.items() if np.ndim(v) == 2)
+        raise ConfigError(f"--metric {args.metric!r}: allowed: {', '.join(per_trace)}")
+    cols = sweep.summarize(points, out, args.metric)
+    n_pts = len(next(iter(points.values())))
+    print(f"{n_pts} design points x {args.traces} traces of {setup.policy.name} on "
+          f"{setup.platform.name}, {m.name}: {wall:.2f} s (params keys "
+          f"{list(plan.params_keys)}, hardware keys {list(plan.hardware_keys)})")
+    if not distributed.is_writer():
+        return 0
+    d = Path(args.out)
+    atomic_write_csv(d / "sweep.csv", cols)
+    plot(d / "sweep.png", points, cols, args.metric,
+         f"{setup.policy.name} on {setup.platform.name}, {m.name}, {args.tokens} tokens, "
+         f"{args.traces} traces")
+    atomic_write_json(d / "summary.json", {
+        "hardware": setup.platform.name, "model": m.name, "policy": setup.policy.name,
+        "system": setup.policy.system, "tokens": args.tokens, "traces": args.traces,
+        "vary": {v.key: list(v.values) for v in varies}, "points": n_pts,
+        "params_keys": list(plan.params_keys), "hardware_keys": list(plan.hardware_keys),
+        "metric": args.metric, "wall_s": wall,
+        "best": {k: float(v[int(np.argmin(cols[f'{args.metric}_mean']))])
+                 for k, v in cols.items()},
+    })
+    print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
+    return 0
+
+
+def _scale(key: str) -> tuple[float, str]:
+    """(divisor, label) that shows a swept key in readable units."""
+    if key.endswith("_Bps"):
+        return 1e9, f"{key} (GB/s)"
+    if key.endswith("_bytes"):
+        return 1e6, f"{key} (MB)"
+    if key.endswith("_s"):
+        return 1e-6, f"{key} (us)"
+    if key == "peak_flops":
+        return 1e12, "peak bf16 (TFLOP/s)"
+    return 1.0, key
+
+
+def plot(path: Path, points: dict, cols: dict, metric: str, title: str) -> None:
+    """One key: mean / p50 / p99 against it. Two or more: a heatmap of the mean over the
+    first two keys (at the first value of the others)."""
+    from moejax import plotting
+
+    keys = list(points)
+    mean = cols[f"{metric}_mean"]
+    unit = metric.endswith("_s")
+    fig, axes = plotting.figure(1, 1, width=5.6, height=3.8)
+    ax = axes[0, 0]
+    if len(keys) == 1:
+        sx, lx = _scale(keys[0])
+        x = points[keys[0]] / sx
+        for stat in ("mean", "p50", "p99"):
+            ax.plot(x, cols[f"{metric}_{stat}"], marker="o", ms=3, label=stat)
+        ax.set_xlabel(lx)
+        ax.legend(fontsize=8)
+        if unit:
+            plotting.time_axis(ax, "y", "ms", metric.removesuffix("_s"))
+    else:
+        sel = np.ones(len(mean), bool)
+        for k in keys[2:]:
+            sel &= points[k] == points[k][0]
+        xs, ys = np.unique(points[keys[1]][sel]), np.unique(points[keys[0]][sel])
+        z = np.full((len(ys), len(xs)), np.nan)
+        for i in np.flatnonzero(sel):
+            z[np.searchsorted(ys, points[keys[0]][i]), np.searchsorted(xs, points[keys[1]][i])] = (
+                mean[i] * (1e3 if unit else 1.0))
+        (sx, lx), (sy, ly) = _scale(keys[1]), _scale(keys[0])
+        im = ax.pcolormesh(_edges(xs / sx), _edges(ys / sy), z, cmap="viridis", shading="flat")
+        ax.set_xlabel(lx)
+        ax.set_ylabel(ly)
+        fig.colorbar(im, ax=ax, label=f"mean {metric.removesuffix('_s')}"
+                     + (" (ms)" if unit else ""))
+        if len(keys) > 2:
+            title += "; " + ", ".join(f"{k} = {points[k][0]:g}" for k in keys[2:])
+    ax.set_title(title, fontsize=8)
+    plotting.save(fig, path)
+
+
+def _edges(c: np.ndarray) -> np.ndarray:
+    """Cell edges around sorted centres (midpoints; half a step past each end)."""
+    if len(c) == 1:
+        return np.array([c[0] * 0.9, c[0] * 1.1]) if c[0] else np.array([-0.5, 0.5])
+    mid = (c[1:] + c[:-1]) / 2
+    return np.concatenate([[2 * c[0] - mid[0]], mid, [2 * c[-1] - mid[-1]]])

@@ -1,0 +1,105 @@
+"""Multi-process runs (moejax.distributed): 2 CPU processes over loopback (gloo collectives)
+and 4 host devices in one process give the single-process results bit for bit; process 0
+alone writes; bad launches fail in one line with exit code 2."""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moejax import distributed
+from moejax.cli import main
+
+# a small EP run: 37 traces (not a multiple of 2 or 4: the last block is padded), 2 chunks
+ARGS = ["simulate", "--hardware", "chiplet-2x2", "--model", "qwen3-30b-a3b", "--tokens", "16",
+        "--traces", "37", "--chunk", "24", "--quiet"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cli(extra, env_extra=None, timeout=120):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-m", "moejax.cli", *extra], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("single")
+    assert main([*ARGS, "--out", str(out)]) == 0
+    return (out / "results.csv").read_text()
+
+
+def test_partition_covers_every_index_once_in_whole_chunks():
+    for total in (1, 5, 37, 64):
+        for chunk in (1, 4, 24):
+            chunk = min(chunk, total)
+            for count in (2, 3, 4):
+                parts = [distributed.partition(total, chunk, r, count) for r in range(count)]
+                got = np.concatenate([p.take(np.arange(total))[: p.hi - p.lo] for p in parts])
+                np.testing.assert_array_equal(got, np.arange(total))
+                for p in parts:  # blocks start on a chunk boundary of the single-process run
+                    assert p.rows >= 1 and (p.lo % chunk == 0 or p.lo == total)
+
+
+def test_two_processes_equal_one_bit_for_bit(single, tmp_path):
+    port = _free_port()
+    out = tmp_path / "two"
+    procs = [_cli([*ARGS, "--out", str(out), "--coordinator", f"127.0.0.1:{port}",
+                   "--num-processes", "2", "--process-id", str(r), "--distributed-timeout",
+                   "60"]) for r in range(2)]
+    res = [p.communicate(timeout=120) for p in procs]
+    for p, (_, e) in zip(procs, res, strict=True):
+        assert p.returncode == 0, e[-2000:]
+    assert "wrote" in res[0][0] and "wrote" not in res[1][0]  # process 0 alone writes
+    assert sorted(x.name for x in out.iterdir()) == ["results.csv", "summary.json"]
+    assert (out / "results.csv").read_text() == single  # %.9g of float32: bit for bit
+
+
+def test_four_host_devices_equal_one_to_the_last_ulp(single, tmp_path):
+    """Sharding a chunk over 4 local devices changes the per-device batch shape, and XLA's CPU
+    code rounds some sums differently for another shape: equal to float32 rounding, not bit
+    for bit (the multi-process split keeps the shapes, and is bit for bit above)."""
+    out = tmp_path / "four"
+    p = _cli([*ARGS, "--out", str(out)], {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    o, e = p.communicate(timeout=120)
+    assert p.returncode == 0, e[-2000:]
+    four, one = (np.genfromtxt(io.StringIO(t), delimiter=",", names=True)
+                 for t in ((out / "results.csv").read_text(), single))
+    for name in one.dtype.names:
+        np.testing.assert_allclose(four[name], one[name], rtol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--num-processes", "2", "--process-id", "2"], "--process-id"),
+    (["--num-processes", "0", "--process-id", "0"], "--num-processes"),
+    (["--num-processes", "2"], "--process-id"),
+])
+def test_bad_launch_is_one_line(flags, field, tmp_path, capsys):
+    out = tmp_path / "bad"
+    rc = main([*ARGS, "--out", str(out), "--coordinator", "127.0.0.1:1", *flags])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and field in err
+    assert not out.exists()
+
+
+def test_unreachable_coordinator_fails_within_timeout(tmp_path):
+    out = tmp_path / "none"
+    p = _cli([*ARGS, "--out", str(out), "--coordinator", f"127.0.0.1:{_free_port()}",
+              "--num-processes", "2", "--process-id", "1", "--distributed-timeout", "2"])
+    o, e = p.communicate(timeout=60)
+    assert p.returncode == 2, e[-2000:]
+    lines = [x for x in e.splitlines() if x.strip()]
+    assert len(lines) == 1 and "could not join" in lines[0], e[-2000:]
+    assert not Path(out).exists()
