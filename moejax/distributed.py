@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from moejax.errors import ConfigError
+from moejax.trace.chunked import ChunkedTraces
 
 PyTree = object
 
@@ -192,6 +193,8 @@ class Partition:
     def take(self, tree: PyTree) -> PyTree:
         """This process's rows of every leaf's leading axis."""
         lo, hi = (self.lo, self.hi) if self.hi > self.lo else (0, self.rows)
+        if isinstance(tree, ChunkedTraces):  # generated per chunk: this block, still lazy
+            return tree.rows(lo, hi)
         return jax.tree_util.tree_map(lambda x: np.asarray(x)[lo:hi], tree)
 
     def gather(self, tree: PyTree, axis: int = 0) -> PyTree:

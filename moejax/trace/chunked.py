@@ -57,6 +57,16 @@ class ChunkedTraces:
                               f"[0, {self.num_traces})")
         return self.make(int(start), int(stop))
 
+    def rows(self, start: int, stop: int) -> ChunkedTraces:
+        """Traces [start, stop) as a `ChunkedTraces` of their own (nothing made yet): one
+        process's block of a multi-process run (`moejax.distributed.Partition.take`)."""
+        if not 0 <= start < stop <= self.num_traces:
+            raise ConfigError(f"rows: [{start}, {stop}) is not a non-empty range within "
+                              f"[0, {self.num_traces})")
+        make = self.make
+        return dataclasses.replace(self, num_traces=stop - start,
+                                   make=lambda a, b: make(start + a, start + b))
+
     def materialize(self) -> Trace:
         """The whole batch at once (small batches, tests)."""
         return self.chunk(0, self.num_traces)
