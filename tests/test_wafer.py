@@ -265,13 +265,14 @@ def test_relaxed_layer_time_has_finite_gradients_wrt_placement():
     counts = jnp.asarray(np.random.default_rng(6).integers(1, 20, 8), jnp.float32)
     empty = jnp.zeros((0, 2), jnp.int32)
 
+    @jax.jit  # compiled once (op-by-op the layer dispatches hundreds of small kernels)
     def loss(logits):
         place = jax.nn.softmax(logits, axis=-1)  # a relaxed expert x device placement
         out = system.layer(cfg, params, place, empty, jnp.zeros((0,), bool), counts)
         return out["layer_s"] / system.time_scale_s(cfg)
 
     logits = jnp.log(params.placement + 0.1)
-    g = jax.grad(loss)(logits)
+    g = jax.jit(jax.grad(loss))(logits)
     assert bool(jnp.isfinite(g).all()) and float(jnp.abs(g).max()) > 0
     step = 1e-2 * g / jnp.abs(g).max()
     assert float(loss(logits - step)) < float(loss(logits))  # descent direction
