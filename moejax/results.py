@@ -46,6 +46,13 @@ def atomic_write_csv(path: Path | str, columns: dict[str, np.ndarray]) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
+def atomic_write_rows(path: Path | str, rows: list[dict]) -> None:
+    """A list of row dicts as a CSV, one column per key of the first row (keys starting
+    with "_" are private to the caller and left out)."""
+    keys = [k for k in rows[0] if not k.startswith("_")]
+    atomic_write_csv(path, {k: np.asarray([r[k] for r in rows]) for k in keys})
+
+
 def _fmt(x):
     if isinstance(x, (np.floating, float)):
         return f"{float(x):.9g}"

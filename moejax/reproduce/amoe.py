@@ -22,7 +22,7 @@ import numpy as np
 from moejax.models import load_model
 from moejax.reproduce import Claim, Report
 from moejax.reproduce.progress import step
-from moejax.results import atomic_write_csv
+from moejax.results import atomic_write_csv, atomic_write_rows
 from moejax.systems.amoe import runner, serve
 from moejax.systems.amoe.cli import p99_from_hist
 from moejax.trace.gen import WORKLOADS, request_stream
@@ -148,11 +148,6 @@ def _best(rows, **match) -> float:
     return max(sel) if sel else float("nan")
 
 
-def _write_rows(path: Path, rows) -> None:
-    keys = [k for k in rows[0] if not k.startswith("_")]
-    atomic_write_csv(path, {k: np.asarray([r[k] for r in rows]) for k in keys})
-
-
 def _plot_curves(path: Path, rows, panels, title: str) -> None:
     import matplotlib
 
@@ -188,7 +183,7 @@ def run_finite(out_dir: Path, quick: bool) -> Report:
         for wl in workloads:
             for pol, plat in (("aep-defrag", ONE_NODE), ("ep-sync", ONE_NODE)):
                 rows9 += sweep(plat, pol, top_k, wl, grid.rates, grid)
-    _write_rows(out_dir / "fig9_throughput_itl.csv", rows9)
+    atomic_write_rows(out_dir / "fig9_throughput_itl.csv", rows9)
     panels = [(f"top-{k} {w}", {"top_k": k, "workload": w}) for k in (1, 2)
               for w in WORKLOADS if any(r["top_k"] == k and r["workload"] == w for r in rows9)]
     _plot_curves(out_dir / "fig9_throughput_itl.png", rows9, panels,
@@ -245,7 +240,7 @@ def run_finite(out_dir: Path, quick: bool) -> Report:
     rows10 = []
     for pol in ("aep-defrag", "ep-sync"):
         rows10 += sweep(TWO_NODES, pol, 1, "medium", grid.rates, grid, experts=16)
-    _write_rows(out_dir / "fig10_scaling.csv", rows10)
+    atomic_write_rows(out_dir / "fig10_scaling.csv", rows10)
     _plot_curves(out_dir / "fig10_scaling.png", rows10, [("16 GPUs, 16 experts, top-1", {})],
                  "002 Fig. 10: 2 nodes")
     files += ["fig10_scaling.csv", "fig10_scaling.png"]
@@ -270,7 +265,7 @@ def run_finite(out_dir: Path, quick: bool) -> Report:
     for pol in ("aep-defrag", "aep-mtfs", "aep-flfs"):
         rows11 += sweep(ONE_NODE, pol, 1, "medium", (rate80,), grid,
                         overrides={"bin_s": bin_s})
-    _write_rows(out_dir / "fig11_schedulers.csv", rows11)
+    atomic_write_rows(out_dir / "fig11_schedulers.csv", rows11)
     files.append("fig11_schedulers.csv")
     by = {r["policy"]: r for r in rows11}
     d, m, f = by["aep-defrag"], by["aep-mtfs"], by["aep-flfs"]
@@ -310,7 +305,7 @@ def run_finite(out_dir: Path, quick: bool) -> Report:
     files.append("fig7_queue_depth.csv")
     diag = concurrency_diagnostic(grid.diag_requests) if grid.diag_requests else []
     if diag:
-        _write_rows(out_dir / "concurrency_diagnostic.csv", diag)
+        atomic_write_rows(out_dir / "concurrency_diagnostic.csv", diag)
         files.append("concurrency_diagnostic.csv")
     return Report("amoe", claims, files, extra={
         "grid": dataclasses.asdict(grid), "rate80_per_s": rate80,

@@ -34,7 +34,7 @@ from moejax.plotting import figure, save
 from moejax.policies import load_policy
 from moejax.reproduce import Claim, Report
 from moejax.reproduce.progress import study_progress
-from moejax.results import atomic_write_csv
+from moejax.results import atomic_write_csv, atomic_write_rows
 from moejax.systems.amoe import aep, serve, steady, sync, sync_closed
 from moejax.systems.amoe import policy as amoe_policy
 from moejax.trace.gen import WORKLOADS, request_stream
@@ -141,11 +141,6 @@ def _best(rows, **match) -> float:
     return max(sel) if sel else float("nan")
 
 
-def _write(path: Path, rows) -> None:
-    keys = [k for k in rows[0] if not k.startswith("_")]
-    atomic_write_csv(path, {k: np.asarray([r[k] for r in rows]) for k in keys})
-
-
 def _plot_curves(path: Path, rows, panels, title: str, x="throughput_tok_s") -> None:
     fig, axes = figure(1, len(panels), width=4.0, height=3.2)
     for ax, (label, match) in zip(axes[0], panels, strict=True):
@@ -184,7 +179,7 @@ def run(out_dir: Path, quick: bool) -> Report:
         jobs.append((closed_point, ("aep", ONE_NODE, 1, "medium", 8192, grid),
                      {"spread": False}))
         rows9 = _parallel(jobs)
-        _write(out_dir / "fig9_closed_loop.csv", rows9)
+        atomic_write_rows(out_dir / "fig9_closed_loop.csv", rows9)
         panels = [(f"top-{k} {w}", {"top_k": k, "workload": w}) for k, w in curves]
         _plot_curves(out_dir / "fig9_closed_loop.png", rows9, panels,
                      "002 Fig. 9: closed-loop sweeps N = "
@@ -240,7 +235,7 @@ def run(out_dir: Path, quick: bool) -> Report:
                 for plat in (TWO_NODES, ONE_NODE_40G) for s in ("aep", "sync")
                 for n in grid.concurrency]
         rows10 = _parallel(jobs)
-        _write(out_dir / "fig10_scaling.csv", rows10)
+        atomic_write_rows(out_dir / "fig10_scaling.csv", rows10)
         _plot_curves(out_dir / "fig10_scaling.png", rows10,
                      [("16 GPUs (2 nodes, 40 GB)", {"platform": TWO_NODES}),
                       ("8 GPUs (1 node, 40 GB)", {"platform": ONE_NODE_40G})],
@@ -266,7 +261,7 @@ def run(out_dir: Path, quick: bool) -> Report:
         # Fig. 9(b) open loop: the rate grid to saturation (AEP, medium, top-1)
         rows_o = _parallel([(open_point, ("aep-defrag", ONE_NODE, 1, "medium", r,
                                           grid.arrivals_s), {}) for r in grid.rates])
-        _write(out_dir / "fig9b_open_loop.csv", rows_o)
+        atomic_write_rows(out_dir / "fig9b_open_loop.csv", rows_o)
         fig, axes = figure(1, 2, width=4.2, height=3.2)
         axes[0, 0].plot([r["throughput_tok_s"] / 1e3 for r in rows_o],
                         [r["itl_mean_s"] * 1e3 for r in rows_o], "o-", label="mean")
@@ -295,7 +290,7 @@ def run(out_dir: Path, quick: bool) -> Report:
         jobs = [(open_point, (p, ONE_NODE, k, "medium", rate, grid.arrivals_s),
                  {"keep": k == 1}) for k, rate in ((1, rate1), (2, rate2)) for p in pols]
         rows11 = _parallel(jobs)
-        _write(out_dir / "fig11_schedulers.csv", rows11)
+        atomic_write_rows(out_dir / "fig11_schedulers.csv", rows11)
         files.append("fig11_schedulers.csv")
         tick("Fig. 11 schedulers")
         by = {(r["policy"], r["top_k"]): r for r in rows11}
