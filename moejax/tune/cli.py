@@ -13,18 +13,19 @@ from moejax.errors import ConfigError
 def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u = sub.add_parser("tune", help="tune a system's parameters by gradient descent (optax), "
                        "with orbax checkpoints")
-    u.add_argument("--system", default="ep", help="system key (tunable: ep, fsedp, wafer)")
+    u.add_argument("--system", default="ep",
+                   help="system key (tunable: ep, fsedp, wafer, epsmoe)")
     u.add_argument("--hardware", default="chiplet-2x2")
     u.add_argument("--model", default="qwen3-30b-a3b")
     u.add_argument("--policy", default="",
                    help="base policy (default: ep, fsedp, ep-baseline-map for wafer, "
-                   "aep-defrag for aep)")
+                   "aep-defrag for aep, epsmoe-tune for epsmoe)")
     u.add_argument("--param", default="placement",
                    help="comma-separated parameter names (ep: placement, or replicas (experts "
                    "replicated into --capacity slots per device, default E/D + 1, with learned "
                    "token shares); wafer: placement, alpha, "
                    "shadow_slots (alone, --relaxation lattice); "
-                   "aep: decay; fsedp: "
+                   "aep: decay; epsmoe: pn, switch_rows, sm_comm; fsedp: "
                    "num_microslices, theta_min, slack, and the hardware knobs "
                    "weight_buffer_bytes, ddr_Bps, link_Bps)")
     u.add_argument("--steps", type=positive_int, default=200)

@@ -431,17 +431,25 @@ def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
                  structural="shadow_slots" if variants else None, variants=variants)
 
 
+def _epsmoe_setup(*args, **kw) -> Setup:
+    """EPS-MoE (003): pn, switch_rows, sm_comm (`moejax.systems.epsmoe.tuning`)."""
+    from moejax.systems.epsmoe import tuning
+
+    return tuning.setup(*args, **kw)
+
+
 TARGETS: dict[str, Target] = {
     "ep": Target("ep", ("placement", "replicas"), _ep_setup),
     "fsedp": Target("fsedp", ("num_microslices", "theta_min", "slack", "weight_buffer_bytes",
                               "ddr_Bps", "link_Bps"), _fsedp_setup),
     "wafer": Target("wafer", ("placement", "alpha", "shadow_slots"), _wafer_setup),
+    "epsmoe": Target("epsmoe", ("pn", "switch_rows", "sm_comm"), _epsmoe_setup),
 }
 
 
 # the base policy of `moejax tune --system S` when no --policy is given
 DEFAULT_POLICY = {"ep": "ep", "fsedp": "fsedp", "wafer": "ep-baseline-map",
-                  "aep": "aep-defrag"}
+                  "aep": "aep-defrag", "epsmoe": "epsmoe-tune"}
 
 
 def build_setup(policy, platform, model, num_iterations: int, names, capacity: int = 0,

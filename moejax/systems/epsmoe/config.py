@@ -53,6 +53,8 @@ class EPSConfig:
     profile: GemmProfile = GemmProfile()
     seq_len: int = 2048  # tokens per sequence (causal attention context = seq_len / 2)
     tokens_per_forward: int = 0  # real tokens one trace stands for (0: its own tokens)
+    # knobs a tuning system reads relaxed at params.tau > 0 (`relaxed.RELAXABLE`; () = hard)
+    relaxed: tuple[str, ...] = ()
 
     @property
     def num_devices(self) -> int:
@@ -93,7 +95,10 @@ class EPSParams:
     pn: pipeline degree N (a divisor of the local experts); kernel: 0 group, 1 dense,
     2 threshold, 3 adaptive (`KERNELS` order); switch_rows: threshold in rows per expert;
     sm_gemm (0: all SMs), sm_comm; fp8_comm, overlap: 0 / 1; tokens_per_forward (0: the
-    trace's own) and seq_len: the workload; tau: 0 (hard mode only).
+    trace's own) and seq_len: the workload; tau: the relaxation temperature (0: hard mode;
+    read only by a system built with `relaxed` knobs, `system.build`); pn_index: the
+    position of pn among the divisors of the local expert count, fractional while tuning
+    (read instead of pn by a system built with "pn" relaxed, `relaxed.block`).
     """
 
     pn: jax.Array = _f(1.0)
@@ -106,6 +111,7 @@ class EPSParams:
     tokens_per_forward: jax.Array = _f(0.0)
     seq_len: jax.Array = _f(2048.0)
     tau: jax.Array = _f(0.0)
+    pn_index: jax.Array = _f(0.0)
 
 
 def default_params(cfg: EPSConfig, **changes) -> EPSParams:
@@ -125,6 +131,7 @@ def default_params(cfg: EPSConfig, **changes) -> EPSParams:
                                 sm_comm=int(vals["sm_comm"]))
     make_config(cfg.platform, cfg.model, **{k: getattr(check, k) for k in (
         "mode", "pn", "sm_gemm", "sm_comm")})
+    vals.setdefault("pn_index", divisors(cfg.local_experts).index(int(vals["pn"])))
     return EPSParams(**{k: f(v) for k, v in vals.items()})
 
 

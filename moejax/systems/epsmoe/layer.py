@@ -56,9 +56,16 @@ def ffn_chunk_s(cfg: EPSConfig, p: EPSParams, rows, onehot, ffn: int, sms):
                                                       **gemm_kw(cfg, sms)) @ onehot)
     mean_rows = (rows @ onehot) / jnp.maximum(used @ onehot, 1.0)
     k = p.kernel
-    use_dense = jnp.where(k == 1, 1.0, jnp.where(
-        k == 2, (mean_rows >= p.switch_rows).astype(jnp.float32),
-        jnp.where(k == 3, (t_d < t_g).astype(jnp.float32), 0.0)))
+    by_rows = (mean_rows >= p.switch_rows).astype(jnp.float32)
+    by_time = (t_d < t_g).astype(jnp.float32)
+    if "switch_rows" in cfg.relaxed:  # tuning: sigmoid gates in log space (width e^tau)
+        tau = jnp.maximum(p.tau, 1e-6)
+        log = lambda x: jnp.log(jnp.maximum(x, 1e-12))  # noqa: E731
+        by_rows = jnp.where(p.tau > 0, jax.nn.sigmoid(
+            (log(mean_rows) - log(p.switch_rows)) / tau), by_rows)
+        by_time = jnp.where(p.tau > 0, jax.nn.sigmoid((log(t_g) - log(t_d)) / tau), by_time)
+    use_dense = jnp.where(k == 1, 1.0, jnp.where(k == 2, by_rows,
+                                                 jnp.where(k == 3, by_time, 0.0)))
     return use_dense * t_d + (1.0 - use_dense) * t_g, use_dense
 
 
@@ -223,6 +230,8 @@ def block(cfg: EPSConfig, p: EPSParams, expert_ids, token_mask, scale):
         "exposed_comm_s": moe - compute,
         "bytes_per_device": bytes_dev,
         "dense_fraction": (dense * active).sum() / (d * n_chunks),
+        "a2a_s": x.sum(),  # the pipelined all2alls (dispatch + combine)
+        "gemm_s": y.sum(),
         "chunk_comm_s": x,
         "chunk_gemm_s": y,
     }
@@ -254,6 +263,8 @@ def _tp_tp(cfg: EPSConfig, p: EPSParams, expert_ids, token_mask, scale, n_real, 
         "exposed_comm_s": 2.0 * ar,
         "bytes_per_device": 2.0 * ar_b,
         "dense_fraction": dense[0],
+        "a2a_s": jnp.float32(0.0),
+        "gemm_s": gemm_t,
         "chunk_comm_s": jnp.zeros((1,)) + 2.0 * ar,
         "chunk_gemm_s": jnp.reshape(gemm_t, (1,)),
     }

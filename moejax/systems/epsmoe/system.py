@@ -4,8 +4,12 @@ vmapped (`layer.block`), the trace's L layers sampling the model's sparse layers
 Metrics per trace (mean over iterations): `ttft_s` (the forward), `latency_s` (one block),
 `tokens_per_s`, per-block `comm_s`, `compute_s`, `exposed_comm_s`, `attention_s`, `moe_s`,
 `bytes_per_device` (what one device sends per block: ring steps and all2all rows of the
-simulated traffic), `dense_fraction` (share of (device, chunk) GEMMs on the dense kernel) and
-the static `pn`.
+simulated traffic), `dense_fraction` (share of (device, chunk) GEMMs on the dense kernel),
+`a2a_s` / `gemm_s` (the pipelined all2alls and the slowest device's routed-expert GEMMs,
+summed over chunks: T_comm and T_comp of E12) and `pn`.
+
+A config with `relaxed` knobs (`relaxed.RELAXABLE`) builds the tuning system: it reads
+them relaxed at params.tau > 0 (`relaxed.block`) and equals the hard system at tau = 0.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from flax import struct
 from moejax.engine import System
 from moejax.hardware import Platform
 from moejax.models import ModelSpec
+from moejax.systems.epsmoe import relaxed
 from moejax.systems.epsmoe.config import (
     DEFAULT_ALPHA_S,
     DEFAULT_C_SAT,
@@ -33,7 +38,7 @@ from moejax.systems.epsmoe.layer import block
 from moejax.trace import Trace
 
 SUMMED = ("block_s", "attention_s", "moe_s", "comm_s", "compute_s", "exposed_comm_s",
-          "bytes_per_device", "dense_fraction")
+          "bytes_per_device", "dense_fraction", "a2a_s", "gemm_s")
 
 
 @struct.dataclass
@@ -56,7 +61,8 @@ def scale_of(params: EPSParams, token_mask):
 def forward(cfg: EPSConfig, params: EPSParams, expert_ids, token_mask):
     """(per-layer block metrics, forward seconds, real tokens) of one iteration."""
     scale = scale_of(params, token_mask)
-    layers = jax.vmap(lambda ids: block(cfg, params, ids, token_mask, scale))(expert_ids)
+    blk = relaxed.block if cfg.relaxed else block
+    layers = jax.vmap(lambda ids: blk(cfg, params, ids, token_mask, scale))(expert_ids)
     m = cfg.model
     n_real = token_mask.sum() * scale
     dense = 0.0

@@ -1,0 +1,155 @@
+"""`moejax tune --system epsmoe`: the pipeline degree, the GEMM switch threshold and the SM
+split of EPS-MoE (003) by gradient, against the paper's heuristics.
+
+Families (`moejax.tune.params`):
+- `pn`: `DivisorKnob`, the pipeline degree N over the divisors of the local expert count
+  (A3); raw -> a fractional index among the divisors (`relaxed.block` interpolates between
+  neighbouring divisors); hard = the divisor.
+- `switch_rows`: `LogKnob` in SWITCH_RANGE rows per expert, the load-aware kernel switch
+  (003 §3.2 Conclusion 1, §4.4); the policy's kernel must be "threshold".
+- `sm_comm`: `IntegerKnob` in SM_COMM_RANGE, the comm kernel's SMs; the GEMM gets the rest
+  (003 §3.4, Table 6) when the policy sets sm_gemm > 0.
+
+Baselines (held-out, hard mode): the paper's heuristic (N* = sqrt(C / k) of E12 with C =
+min(T_comm, T_comp) of the unpipelined run on the training popularity and k the per-chunk
+overhead of the model, best divisor; the fixed 2048-row switch of Conclusion 1; 16 comm SMs
+of Table 6), the 4096-row switch (the other end of Conclusion 1's band), and the hard grid
+over the divisors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from moejax import engine
+from moejax.errors import ConfigError
+from moejax.tune import params as fam
+
+SWITCH_RANGE = (128.0, 32768.0)  # rows per expert: Fig. 5 spans 128 .. 16384 (log box)
+SM_COMM_RANGE = (4, 48)  # comm SMs: Fig. 7b saturates at 10-20 of 108 (A100)
+PAPER_SWITCH = 2048.0  # 003 §3.2 Conclusion 1 (GroupGemm better below 2048 rows)
+PAPER_SM_COMM = 16  # 003 Table 6 footnote
+HEURISTIC_TOKENS = 2048  # simulated tokens of the trace the heuristic measures C on
+
+
+@dataclasses.dataclass(frozen=True)
+class DivisorKnob(fam.IntegerKnob):
+    """A divisor of a count (the pipeline degree over the local experts): an `IntegerKnob`
+    over the index lo .. hi of `divs`; hard values and `as_value` speak divisors."""
+
+    divs: tuple[int, ...] = ()
+
+    def init(self, key, start=None) -> jax.Array:
+        idx = None if start is None else self.divs.index(int(start))
+        return fam.IntegerKnob.init(self, key, idx)
+
+    def hard(self, raw, tau=0.0) -> int:
+        return self.divs[fam.IntegerKnob.hard(self, raw, tau)]
+
+    def as_value(self, divisor) -> jax.Array:
+        if int(divisor) not in self.divs:
+            raise ConfigError(f"{self.name} = {divisor}; allowed: "
+                              f"{', '.join(map(str, self.divs))}")
+        return jnp.float32(self.divs.index(int(divisor)))
+
+
+def heuristic_trace(load_e, top_k: int, tokens: int = HEURISTIC_TOKENS, seed: int = 11):
+    """One token-level trace [1, 1, 1, N, K] routed by the popularity load_e (Gumbel-top-k,
+    `moejax.tune.traces`): what the heuristic sees of the training traces."""
+    from moejax.tune.traces import sample_from_popularity
+
+    pop = np.asarray(load_e, np.float64)
+    pop = np.maximum(pop / max(pop.sum(), 1e-30), 1e-9)[None, None, :]
+    return sample_from_popularity(pop, jax.random.key(seed), num_traces=1, tokens=tokens,
+                                  top_k=top_k)
+
+
+def paper_pn(cfg, base, traces) -> int:
+    """E12's N* = sqrt(C / k) (best divisor, `layer.heuristic_pn`): C = min(T_comm, T_comp)
+    of the unpipelined block (pn = 1, the hard system of `cfg`) on `traces`, k = the
+    model's per-chunk overhead."""
+    from moejax.systems.epsmoe import system as esys
+    from moejax.systems.epsmoe.layer import heuristic_pn
+
+    hard = esys.build(dataclasses.replace(cfg, relaxed=()))
+    p = base.replace(pn=jnp.float32(1.0), pn_index=jnp.float32(0.0), tau=jnp.float32(0.0))
+    out = engine.simulate(hard, p, traces, progress=False)
+    c = min(float(np.mean(out["a2a_s"])), float(np.mean(out["gemm_s"])))
+    return heuristic_pn(c, max(cfg.chunk_overhead_s, 1e-12), cfg.local_experts)[1]
+
+
+def setup(platform, model, policy, num_iterations, names, capacity=0):
+    """The `moejax.tune.targets.Setup` of an EPS-MoE policy (see module)."""
+    from moejax.systems.epsmoe import relaxed
+    from moejax.systems.epsmoe import system as esys
+    from moejax.systems.epsmoe.config import divisors, make_config
+    from moejax.tune.targets import Setup
+
+    del capacity
+    relaxed.check(names)
+    opts, switch, auto_pn = esys._read_options(policy.options_table())
+    _, base = esys.from_policy(platform, model, policy.options_table(), num_iterations)
+    if auto_pn:
+        opts["pn"] = int(base.pn)
+    cfg = make_config(platform, model, **opts)
+    if cfg.mode == "tp-tp":
+        raise ConfigError(f"policy {policy.name!r}: mode tp-tp has no expert pipeline, kernel "
+                          "switch over chunks or SM split to tune; allowed modes: tp-ep, dp-ep")
+    if "switch_rows" in names and opts["gemm"] != "threshold":
+        raise ConfigError(f"param switch_rows: policy {policy.name!r} has gemm = "
+                          f"{opts['gemm']!r}; allowed: gemm = 'threshold' (the load-aware switch)")
+    divs = divisors(cfg.local_experts)
+    if "pn" in names and len(divs) < 2:
+        raise ConfigError(f"param pn: {cfg.local_experts} local expert(s) has one divisor; "
+                          "nothing to tune")
+    cfg = dataclasses.replace(cfg, relaxed=tuple(names))
+    system = esys.build(cfg, num_iterations)
+    every = {"pn": DivisorKnob("pn", 0, len(divs) - 1, divs),
+             "switch_rows": fam.LogKnob("switch_rows", *SWITCH_RANGE),
+             "sm_comm": fam.IntegerKnob("sm_comm", *SM_COMM_RANGE)}
+    families = {k: every[k] for k in names}
+    defaults = {"pn": int(base.pn), "switch_rows": float(switch),
+                "sm_comm": int(base.sm_comm)}
+
+    def apply(base, values, tau):
+        get = lambda k, d: jnp.asarray(values.get(k, d), jnp.float32)  # noqa: E731
+        sm_c = get("sm_comm", base.sm_comm)
+        sm_g = jnp.where(base.sm_gemm > 0, cfg.sm_total - sm_c, 0.0)
+        return base.replace(pn_index=get("pn", base.pn_index),
+                            switch_rows=get("switch_rows", base.switch_rows),
+                            sm_comm=sm_c, sm_gemm=sm_g, tau=jnp.asarray(tau, jnp.float32))
+
+    heur = {}
+
+    def baselines(load_e):
+        key = tuple(np.round(np.asarray(load_e, np.float64), 6))
+        if key not in heur:  # one hard run per training popularity
+            tr = heuristic_trace(load_e, model.top_k)
+            heur[key] = paper_pn(cfg, base, tr)
+        paper = {"pn": heur[key], "switch_rows": PAPER_SWITCH, "sm_comm": PAPER_SM_COMM}
+        out = {f"paper (N*={paper['pn']}, 2048 rows, 16 comm SMs)": paper,
+               "paper, 4096-row switch": {**paper, "switch_rows": 4096.0}}
+        if "pn" in names:
+            out.update({f"grid pn={n}": {**paper, "pn": n} for n in divs})
+        if "sm_comm" in names:
+            out.update({f"grid sm_comm={s}": {**paper, "sm_comm": s} for s in (8, 24, 32)})
+        return out
+
+    def options(hard):
+        out = {}
+        if "pn" in hard:
+            out["pn"] = int(hard["pn"])
+        if "switch_rows" in hard:
+            out["switch_rows"] = float(hard["switch_rows"])
+        if "sm_comm" in hard:
+            out["sm_comm"] = int(hard["sm_comm"])
+            if opts["sm_gemm"] > 0:
+                out["sm_gemm"] = cfg.sm_total - int(hard["sm_comm"])
+        return out
+
+    return Setup(system, base, families, apply, {k: defaults[k] for k in names}, baselines,
+                 options)
