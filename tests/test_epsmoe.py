@@ -189,3 +189,19 @@ def test_policy_through_api():
     assert np.all(out["exposed_comm_s"] >= 0)
     with pytest.raises(ConfigError, match="gpu"):
         api.simulate("chiplet-2x2", "mixtral-8x7b", "tp-tp", tr)
+
+
+def test_split_io_closed_form():
+    """E8 / check 4 (003 Fig. 9): W = 3 x 5120 x 1536 x 1 B, P0 = P1 = 10240 B, m = 4096 rows
+    over 20 experts: V(a) = 555.7 MB, V(b) = 597.7 / 723.5 / 933.2 / 1352.7 MB at N = 2 / 5 /
+    10 / 20; rows from routing are the per-expert token counts."""
+    from moejax.systems.epsmoe import split_io
+
+    rows = np.full(20, 4096 / 20)
+    va, vb = split_io.split_io_bytes(rows, np.array([2, 5, 10, 20]), 3 * 5120 * 1536, 10240,
+                                     10240)
+    np.testing.assert_allclose(np.asarray(va) / 1e6, 555.7, atol=0.05)
+    np.testing.assert_allclose(np.asarray(vb) / 1e6, [597.7, 723.5, 933.2, 1352.7], atol=0.05)
+    ids = np.array([[0, 5], [5, 7], [1, -1]])
+    got = split_io.rows_per_device(jnp.asarray(ids), jnp.array([True, True, False]), 2, 8, 2.0)
+    np.testing.assert_array_equal(np.asarray(got), [[2, 0, 0, 0], [0, 4, 0, 2]])

@@ -1,4 +1,4 @@
-"""`moejax reproduce epsmoe`: paper 003 (EPS-MoE) Tables 1-7, Fig. 5, 10, 11 and its claims.
+"""`moejax reproduce epsmoe`: paper 003 (EPS-MoE) Tables 1-7, Fig. 5, 9, 10, 11 and its claims.
 
 Every number comes from `moejax.systems.epsmoe` (one prefill forward: attention + MoE by the
 TP+TP / DP+EP / TP+EP rules, expert pipeline flow shop, GEMM wave model of
@@ -142,6 +142,56 @@ def volumes(out: Path, run: Runner, tick) -> dict:
     _csv(out / "volumes.csv", rows)
     tick("volumes (E4-E7)")
     return {"strict": strict}
+
+
+# --- Fig. 9: horizontal vs vertical split I/O (E8) -----------------------------------------
+
+FIG9_TOKENS_PER_DEVICE = 4096  # spec check 4's m
+
+
+def fig9(out: Path, run: Runner, tick) -> dict:
+    """Memory I/O of one DeepSeek-V2 device's routed GEMMs split into N chunks, horizontally
+    (EPS-MoE: weights by expert) or vertically (weights by columns, partial outputs written N
+    times), from the rows of the device-limited traces (4096 tokens per device)."""
+    from moejax.systems.epsmoe import split_io
+
+    m = load_model("deepseek-v2")
+    plat = load_platform("h800x8")
+    d = plat.num_devices
+    tr = run.traces(m, limited=3, devices=d)
+    ids = np.asarray(tr.expert_ids)[:, 0, 0]  # [T, N, K]: first iteration and layer
+    mask = np.asarray(tr.token_mask)[:, 0]
+    scale = FIG9_TOKENS_PER_DEVICE * d / np.maximum(mask.sum(-1), 1)
+    rows = np.stack([np.asarray(split_io.rows_per_device(ids[t], mask[t], d, m.num_experts,
+                                                         scale[t])) for t in range(len(ids))])
+    pn = np.asarray([1, 2, 4, 5, 10, 20], np.float64)
+    p_row = m.hidden_size * m.act_bytes
+    va, vb = split_io.split_io_bytes(rows[:, :, None, :], pn[None, None, :],
+                                     m.expert_weight_bytes, p_row, p_row)
+    va, vb = np.asarray(va, np.float64), np.asarray(vb, np.float64)  # [T, D, N]
+    bw = plat.device.memory_Bps
+    m_dev = rows.sum(-1)[..., None]
+    exact = bool(np.allclose(vb - va, (pn - 1) * m_dev * p_row, rtol=1e-5))
+    cols = {k: [] for k in ("PN", "horizontal_MB", "vertical_MB", "horizontal_ms",
+                            "vertical_ms", "rows_per_device")}
+    for j, n in enumerate(pn):
+        a, b = va[..., j].mean(), vb[..., j].mean()
+        for key, val in zip(cols, (n, a / 1e6, b / 1e6, a / bw * 1e3, b / bw * 1e3,
+                                   float(m_dev.mean())), strict=True):
+            cols[key].append(val)
+    _csv(out / "fig9_split_io.csv", cols)
+    fig, ax = plotting.figure()
+    ax[0, 0].plot(pn, cols["horizontal_MB"], "o-", label="(a) horizontal (by expert)")
+    ax[0, 0].plot(pn, cols["vertical_MB"], "s-", label="(b) vertical (by column)")
+    ax[0, 0].set_xlabel("PN")
+    ax[0, 0].set_ylabel("GEMM memory I/O per device (MB)")
+    ax[0, 0].set_title("003 Fig. 9 / E8: DeepSeek-V2, 4096 tok/device", fontsize=8)
+    ax[0, 0].legend(fontsize=7)
+    plotting.save(fig, out / "fig9_split_io.png")
+    tick("Fig. 9 split I/O")
+    return {"difference_is_(N-1)mP1": exact,
+            "vertical_over_horizontal_at_N20": float(vb[..., -1].mean() / va[..., -1].mean()),
+            "horizontal_MB_flat_in_N": float(np.ptp(va.mean((0, 1))) / 1e6)}
 
 
 # --- Fig. 5: grouped vs dense GEMM --------------------------------------------------------
@@ -436,8 +486,9 @@ def run(out_dir: Path, quick: bool) -> Report:
     out = Path(out_dir)
     grid = QUICK if quick else FULL
     runner = Runner(grid)
-    with study_progress("epsmoe", 11) as tick:
+    with study_progress("epsmoe", 12) as tick:
         vol = volumes(out, runner, tick)
+        f9 = fig9(out, runner, tick)
         f5 = fig5(out, tick)
         mix = table3(out, runner, "mixtral-8x7b", tick)
         dbrx = table3(out, runner, "dbrx", tick)
@@ -448,6 +499,7 @@ def run(out_dir: Path, quick: bool) -> Report:
         t7 = table7(out, runner, tick)
         f11 = fig11(out, runner, tick)
         claims, extra = _claims(vol, f5, mix, dbrx, t2, t4, t5, t6, t7, f11, out)
+        extra["fig9_split_io"] = f9
         tick("Table 1 + claims")
     files = sorted(p.name for p in out.iterdir() if p.suffix in (".csv", ".png"))
     return Report("epsmoe", claims, files, extra)
