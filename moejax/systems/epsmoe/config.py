@@ -53,6 +53,10 @@ class EPSConfig:
     profile: GemmProfile = GemmProfile()
     seq_len: int = 2048  # tokens per sequence (causal attention context = seq_len / 2)
     tokens_per_forward: int = 0  # real tokens one trace stands for (0: its own tokens)
+    # E11 read literally: chunk c dispatches every token it needs, again if an earlier chunk
+    # already sent it to that device (True); False: each token reaches a device once, with
+    # the earliest chunk that needs it (the other reading, docs/reproduction/epsmoe.md)
+    resend: bool = True
     # knobs a tuning system reads relaxed at params.tau > 0 (`relaxed.RELAXABLE`; () = hard)
     relaxed: tuple[str, ...] = ()
 

@@ -86,8 +86,10 @@ def dense_ffn_s(cfg: EPSConfig, rows, ffn: int):
 
 def chunk_demand(cfg: EPSConfig, expert_ids, token_mask, scale, pn):
     """(tokens sent [C, D(src), D(dst)] per chunk (C = E_loc; chunks >= N empty),
-    deduplicated per (token, device, chunk); rows [D, E_loc] per (device, local expert)),
-    both in real tokens (x scale)."""
+    deduplicated per (token, device, chunk) (E11 read literally, `cfg.resend`), or per
+    (token, device) with the earliest chunk that needs it (`resend = False`: the other
+    reading, dispatch volume independent of N); rows [D, E_loc] per (device, local
+    expert)), both in real tokens (x scale)."""
     d, e_loc = cfg.num_devices, cfg.local_experts
     n_tok, k = expert_ids.shape
     _, chunk_of = chunk_matrix(cfg, pn)
@@ -108,6 +110,16 @@ def chunk_demand(cfg: EPSConfig, expert_ids, token_mask, scale, pn):
         for b in range(a):
             dup = dup | ((key[a] == key[b]) & v[b])
         firsts.append(v[a] & ~dup)
+    if not cfg.resend:  # send once per (token, device), with the earliest chunk needing it
+        dv, ch = dev.T, chunk.T
+        firsts = []
+        for a in range(k):
+            dup = jnp.zeros_like(v[0])
+            for b in range(k):
+                if b != a:
+                    before = (ch[b] < ch[a]) | ((ch[b] == ch[a]) if b < a else False)
+                    dup = dup | ((dv[a] == dv[b]) & v[b] & before)
+            firsts.append(v[a] & ~dup)
     first = jnp.stack(firsts, 1)
     flat = jnp.where(valid, (chunk * d + owner) * d + dev, -1)
     sent = ops.bincount(flat, first, e_loc * d * d).reshape(e_loc, d, d).astype(jnp.float32)

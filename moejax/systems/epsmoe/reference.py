@@ -125,14 +125,19 @@ def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, seq_len=No
     for n in toks:
         owner = n % d
         seen = set()
+        first_chunk = {}  # send-once reading: device -> earliest chunk that needs the token
         for e in expert_ids[n]:
             if e < 0:
                 continue
             dv, loc = e // e_loc, e % e_loc
             c = loc // group
             rows[dv][loc] += scale
-            if (dv, c) not in seen:
+            first_chunk[dv] = min(first_chunk.get(dv, c), c)
+            if cfg.resend and (dv, c) not in seen:
                 seen.add((dv, c))
+                sent[c][owner][dv] += scale
+        if not cfg.resend:
+            for dv, c in first_chunk.items():
                 sent[c][owner][dv] += scale
     tb = cfg.comm_token_bytes
     slow = max(1.0, cfg.c_sat / cfg.sm_comm)
