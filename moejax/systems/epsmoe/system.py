@@ -32,6 +32,7 @@ from moejax.systems.epsmoe.config import (
     EPSConfig,
     EPSParams,
     default_params,
+    divisors,
     make_config,
 )
 from moejax.systems.epsmoe.layer import block
@@ -99,6 +100,10 @@ def build(cfg: EPSConfig, num_iterations: int = 1) -> System:
         out["forward_s"] = state.forward_s / n
         out["tokens_per_s"] = state.tokens / jnp.maximum(state.forward_s, 1e-30)
         out["pn"] = params.pn
+        if "pn" in cfg.relaxed:  # the tuning system reads pn from its divisor index
+            divs = jnp.asarray(divisors(cfg.local_experts), jnp.float32)
+            out["pn"] = divs[jnp.clip(jnp.round(params.pn_index), 0, len(divs) - 1)
+                             .astype(jnp.int32)]
         # share of a block the slowest device's GEMMs (+ LocalReduce, shared experts) run
         out["utilization_mean"] = out["compute_s"] / jnp.maximum(out["latency_s"], 1e-30)
         out["layer_latency_per_iter_s"] = outs
