@@ -256,7 +256,9 @@ def _tune(args) -> int:
 
     cfg = config_from_args(TuneConfig, args)
     res = tune(cfg, args.out, resume=args.resume, progress=not args.quiet)
-    return finish(args, cfg, res)
+    from moejax import distributed
+
+    return finish(args, cfg, res) if distributed.is_writer() else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -338,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from moejax.tune.cli import add_tune_parser
 
-    add_tune_parser(sub, _positive_int).set_defaults(fn=_tune)
+    tune_parser = add_tune_parser(sub, _positive_int)
+    tune_parser.set_defaults(fn=_tune)
+    add_distributed_arguments(tune_parser)
     from moejax.sweep_cli import add_parser as add_sweep_parser
 
     add_distributed_arguments(add_sweep_parser(sub, _positive_int))
