@@ -138,6 +138,10 @@ def test_cli_stream_writes_parts_and_summary_and_refuses_bad_resume(tmp_path, ca
     summ = json.loads((out / "summary.json").read_text())
     assert summ["traces"] == 12 and summ["streamed"]["chunk"] == 4
     assert _table(out)["trace"] == list(range(12))
+    assert main(args + ["--resume"]) == 0  # same settings: accepted, nothing left to do
+    again = json.loads((out / "summary.json").read_text())
+    assert again["streamed"]["traces_this_call"] == 0
+    assert again["latency_s"] == summ["latency_s"]
     capsys.readouterr()
     for extra, msg in [(["--stream"], "holds a streamed run already"),
                        (["--resume", "--seed", "3"], "--resume: seed is 3 but the run"),
