@@ -43,9 +43,15 @@ def worker(args) -> None:
         _device.select(args.device)
     cfg = ep.make_config(load_platform(args.hardware), load_model(args.model))
     system, params = ep.build(cfg, 1), ep.default_params(cfg)
-    traces = gen.generate("powerlaw:alpha=1.2", jax.random.key(0), num_traces=args.traces,
-                          iterations=1, layers=1, tokens=args.tokens,
-                          num_experts=cfg.model.num_experts, top_k=cfg.model.top_k)
+    lazy = gen.generate_chunked("powerlaw:alpha=1.2", jax.random.key(0),
+                                num_traces=args.traces, iterations=1, layers=1,
+                                tokens=args.tokens, num_experts=cfg.model.num_experts,
+                                top_k=cfg.model.top_k)
+    # made 512 at a time: a whole batch's generator scratch (Gumbel scores [T, N, E]) is
+    # 4.3 GB per process at 16,384 x 256 tokens (two processes were killed for memory)
+    parts = [lazy.chunk(s, min(s + 512, args.traces)) for s in range(0, args.traces, 512)]
+    traces = jax.tree_util.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
+                                    *parts)
     jax.block_until_ready(engine.simulate(system, params, traces, progress=False))
     distributed.sync("timed")
     t0, c0 = time.perf_counter(), time.process_time()
