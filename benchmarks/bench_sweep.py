@@ -73,14 +73,19 @@ def main():
                          link_Bps=np.float32(points["link_Bps"][i]))
         loop.append(np.asarray(engine.simulate(system, p, tr, key, progress=False)["latency_s"]))
     t_loop = (time.perf_counter() - t0) / k * n_pts
-    same = np.allclose(np.stack(loop), out["latency_s"][:k], rtol=1e-5)
+    rel = np.abs(out["latency_s"][:k] - np.stack(loop)) / np.stack(loop)
+    # FSE-DP's hard schedule has ties (e.g. link_Bps == 2 ddr_Bps on this grid's diagonal) that
+    # the last float32 bit decides; vmapping the points changes that bit for a few (point,
+    # trace) pairs (docs/scaling.md): report how many differ, not a single allclose
+    same = (f"max relative difference {rel.max():.2g}, (point, trace) pairs over 1e-5: "
+            f"{int((rel > 1e-5).sum())} of {rel.size}")
     print(f"one sweep call:           {t_sweep:8.2f} s  ({n_pts * args.traces / t_sweep:,.0f} "
           "point-traces/s)")
     print(f"{n_pts} simulate calls:     {t_loop:8.2f} s  (timed {k}, scaled)  "
           f"ratio {t_loop / t_sweep:.1f}x")
     print(f"+ a compile per point (a `moejax simulate` per platform TOML): "
           f"~{t_compile_one:.1f} s each, ~{t_compile_one * n_pts:.0f} s for the grid")
-    print(f"sweep == loop on {k} points: {same}; load average now {os.getloadavg()[0]:.1f}")
+    print(f"sweep vs loop on {k} points: {same}; load average now {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

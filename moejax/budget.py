@@ -112,7 +112,8 @@ def plan_chunk(num_traces: int, chunk: int, *, trace_bytes: int, scratch_bytes: 
             f"traces: {num_traces} traces need about {_gb(run)} for their keys and results "
             f"(~{run // max(num_traces, 1)} bytes a trace); {_gb(available)} is available "
             f"and a run may use half; use at most "
-            f"{int(RUN_SHARE * available) // max(run // max(num_traces, 1), 1)} --traces")
+            f"{int(RUN_SHARE * available) // max(run // max(num_traces, 1), 1)} --traces, or "
+            f"simulate --stream (rows to disk a part at a time)")
     per_chunk_trace = 2 * trace_bytes + scratch_bytes
     fit = max(int(CHUNK_SHARE * available) // max(per_chunk_trace, 1), 1)
     if chunk <= fit:

@@ -62,6 +62,10 @@ def _simulate(args) -> int:
             top_k=m.top_k,
         )
         source = f"generated {gen.spec_to_str(spec)}"
+    if args.stream or args.resume:  # rows to Parquet a part at a time, streaming summaries
+        from moejax.stream import simulate_streamed
+
+        return simulate_streamed(args, setup, traces, key, source)
     t0 = time.perf_counter()
     out = api.simulate(setup.platform, m, setup.policy, traces, key=key,
                        chunk_size=args.chunk,
@@ -252,7 +256,9 @@ def _tune(args) -> int:
 
     cfg = config_from_args(TuneConfig, args)
     res = tune(cfg, args.out, resume=args.resume, progress=not args.quiet)
-    return finish(args, cfg, res)
+    from moejax import distributed
+
+    return finish(args, cfg, res) if distributed.is_writer() else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -278,6 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--chunk", type=_positive_int, default=None, help="traces per compiled call")
     s.add_argument("--out", help="folder for results.csv and summary.json")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--stream", action="store_true",
+                   help="bounded memory for millions of traces: rows to --out/results/*.parquet "
+                   "a part at a time, percentiles from a sketch (docs/scaling.md)")
+    s.add_argument("--resume", action="store_true",
+                   help="continue the interrupted --stream run in --out")
     s.add_argument("--rate", type=float, default=None,
                    help="stream-serving policies (aep-*, ep-sync): Poisson requests/s")
     s.add_argument("--workload", default="medium",
@@ -329,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from moejax.tune.cli import add_tune_parser
 
-    add_tune_parser(sub, _positive_int).set_defaults(fn=_tune)
+    tune_parser = add_tune_parser(sub, _positive_int)
+    tune_parser.set_defaults(fn=_tune)
+    add_distributed_arguments(tune_parser)
     from moejax.sweep_cli import add_parser as add_sweep_parser
 
     add_distributed_arguments(add_sweep_parser(sub, _positive_int))

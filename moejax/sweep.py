@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax import engine
+from moejax import distributed, engine
 from moejax.errors import ConfigError
 
 # Platform values a sweep may trace: key -> (spec, field). `peak_flops` sets the bf16 peak and
@@ -212,12 +212,20 @@ def run(plan: Plan, points: dict[str, np.ndarray], traces, key, *,
         points_per_call: int | None = None, progress: bool = False) -> dict[str, np.ndarray]:
     """Metrics [P, T] of every design point on every trace: one compiled call per block of
     `points_per_call` points (default: all of them, or as many as keep a call's
-    (point, trace) pairs near `engine.default_chunk`)."""
+    (point, trace) pairs near `engine.default_chunk`).
+
+    In a multi-process run (`moejax.distributed`) each process evaluates its share of the
+    points, whole blocks of the single-process run (the same call shapes, so the same values
+    bit for bit), and the metrics are all-gathered back to [P, T] on every process."""
     n = engine.batch_size(traces)
     key_data = jax.random.key_data(jax.random.split(key, n))
     fn = _compiled(plan, str(jax.random.key_impl(key)))
     total = len(next(iter(points.values())))
     per = points_per_call or max(1, engine.default_chunk(traces) * 8 // max(n, 1))
+    per = min(per, total)
+    part = distributed.partition(total, per)  # several processes: this one's blocks
+    if part is not None:
+        points, total = part.take(points), part.rows
     blocks = range(0, total, per)
     outs = []
     with engine._progress(progress and len(blocks) > 1, len(blocks), "sweep") as advance:
@@ -225,7 +233,8 @@ def run(plan: Plan, points: dict[str, np.ndarray], traces, key, *,
             vals = {k: jnp.asarray(v[s:s + per], jnp.float32) for k, v in points.items()}
             outs.append(jax.tree_util.tree_map(np.asarray, fn(vals, traces, key_data)))
             advance()
-    return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *outs)
+    out = jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *outs)
+    return out if part is None else part.gather(out, 0)
 
 
 def summarize(points: dict[str, np.ndarray], out: dict[str, np.ndarray],

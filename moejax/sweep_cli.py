@@ -74,11 +74,11 @@ def command(args) -> int:
         raise ConfigError(f"--metric {args.metric!r}: allowed: {', '.join(per_trace)}")
     cols = sweep.summarize(points, out, args.metric)
     n_pts = len(next(iter(points.values())))
+    if not distributed.is_writer():  # multi-process run: process 0 prints and writes
+        return 0
     print(f"{n_pts} design points x {args.traces} traces of {setup.policy.name} on "
           f"{setup.platform.name}, {m.name}: {wall:.2f} s (params keys "
           f"{list(plan.params_keys)}, hardware keys {list(plan.hardware_keys)})")
-    if not distributed.is_writer():
-        return 0
     d = Path(args.out)
     atomic_write_csv(d / "sweep.csv", cols)
     plot(d / "sweep.png", points, cols, args.metric,

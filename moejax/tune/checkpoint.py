@@ -51,7 +51,7 @@ class Checkpoints:
     `keep`, restore the latest with a clear error when it cannot be read."""
 
     def __init__(self, directory: str | Path, every: int = 50, keep: int = 3,
-                 read_only: bool = False):
+                 read_only: bool = False, primary_only: bool = False):
         ocp = _ocp()
         self.dir = Path(directory).absolute()
         if read_only and not self.dir.is_dir():
@@ -63,6 +63,11 @@ class Checkpoints:
             create=not read_only,
             read_only=read_only,
         )
+        if primary_only and jax.process_count() > 1:  # process 0 alone writes, no barriers
+            self.dir.mkdir(parents=True, exist_ok=True)  # orbax: no create= with a subset
+            opts.create = False
+            opts.multiprocessing_options = ocp.options.MultiprocessingOptions(
+                primary_host=0, active_processes={0})
         try:
             self.mgr = ocp.CheckpointManager(self.dir, options=opts)
         except Exception as e:  # noqa: BLE001 - any orbax failure is a bad folder

@@ -409,11 +409,13 @@ class TuneResult:
     step: int
 
 
-def open_run(cfg: TuneConfig, out: str | Path, resume: bool, raw, opt_state):
+def open_run(cfg: TuneConfig, out: str | Path, resume: bool, raw, opt_state,
+             primary_only: bool = False):
     """(checkpoint manager, step, loss history, raw, opt_state) to start run `cfg` from:
     fresh, or restored from `out` under `resume`. A folder that already holds checkpoints
-    without `resume`, or one saved by a different run spec, is an error."""
-    mgr = ck.Checkpoints(out, every=cfg.every, keep=cfg.keep)
+    without `resume`, or one saved by a different run spec, is an error. primary_only: the
+    caller is process 0 of a multi-process run and alone writes (`moejax.tune.parallel`)."""
+    mgr = ck.Checkpoints(out, every=cfg.every, keep=cfg.keep, primary_only=primary_only)
     step, history = 0, []
     if mgr.latest_step() is not None:
         if not resume:
@@ -440,6 +442,11 @@ def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bo
         raise ConfigError(f"relaxation = {cfg.relaxation!r} with system = 'aep': aep (a "
                           "discrete-event simulation, decay acts through an argmax) is tuned "
                           "with relaxation = 'smoothed' (Gaussian smoothing)")
+    if jax.process_count() > 1:  # data-parallel over processes (moejax.distributed)
+        from moejax.tune import parallel
+
+        return parallel.tune(cfg, out, resume=resume, progress=progress, callback=callback,
+                             evaluate_heldout=evaluate_heldout)
     if cfg.relaxation == "smoothed":
         from moejax.tune.smoothed import tune_smoothed
 

@@ -1,0 +1,292 @@
+"""`moejax simulate --stream`: millions of traces in bounded memory (issue 18).
+
+Traces are made (or sliced from a recording) a chunk at a time, exactly as in
+`engine.simulate` (same keys, same chunk shapes, so a streamed run's rows equal the in-memory
+run's bit for bit); each chunk's per-trace rows go to the results folder and its metrics into
+streaming summaries (`moejax.sketch`: exact mean / min / max, percentiles within a stated
+relative error). Nothing grows with --traces except the split keys (48 bytes a trace).
+
+Folder layout (`--out DIR`):
+- `DIR/results/part-NNNNNN.parquet`: the per-trace rows, `PART_ROWS` traces a part, in
+  trace order (read the folder whole with `pyarrow.parquet.read_table(DIR / "results")`);
+- `DIR/stream_state.npz`: what is done (traces, parts), the run's settings and the summaries'
+  state, rewritten after each part;
+- `DIR/summary.json`: written when the last trace is done.
+
+Each part and the state are written atomically (temp file + rename), and Ctrl-C is held off
+while one part and its state are renamed in, so an interrupted run leaves whole parts and a
+state that counts exactly them (or nothing). `--resume` reads the state, checks the settings
+match, drops any part past the state's count and goes on from the next trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from moejax import budget, engine
+from moejax.errors import ConfigError
+from moejax.results import atomic_write_bytes, atomic_write_json
+from moejax.sketch import ALPHA, LogHistogram, RunningMean
+from moejax.trace.chunked import ChunkedTraces, key_data_of
+
+STATE = "stream_state.npz"
+PARTS = "results"
+# Traces per Parquet part: 64 k rows of ~10 float32 metrics is ~3 MB held before a write,
+# and 153 parts for 10^7 traces.
+PART_ROWS = 65536
+# Metrics whose percentiles the summary reports (the others: mean only).
+PERCENTILE_METRICS = ("latency_s", "forward_s")
+# Settings a resumed run may differ in (the chunk is taken from the state).
+_NOT_COMPARED = ("chunk", "chunk_given", "columns")
+
+
+def iter_chunks(system, params, traces, key, chunk: int, start: int = 0):
+    """Yield (lo, hi, metrics) for each chunk of `chunk` traces from trace `start` (a chunk
+    boundary), with `engine.simulate`'s keys and chunk shapes. One chunk is dispatched
+    ahead of the one yielded, so the host work on a chunk's results overlaps the next call."""
+    n = engine.batch_size(traces)
+    key = jax.random.key(0) if key is None else key
+    key_data, impl = key_data_of(key, n)
+    fn = engine._compiled(system, False, impl)
+    devices = jax.local_devices()
+    lazy = isinstance(traces, ChunkedTraces)
+    if not lazy:
+        traces = jax.tree_util.tree_map(np.asarray, traces)
+
+    def call(s):
+        e = min(s + chunk, n)
+        tr = (traces.chunk(s, e) if lazy
+              else jax.tree_util.tree_map(lambda x: x[s:e], traces))
+        return s, e, fn(params, *engine._shard(tr, key_data[s:e], devices))
+
+    pending = None
+    for s in range(start, n, chunk):
+        nxt = call(s)
+        if pending is not None:
+            yield pending
+        pending = nxt
+    if pending is not None:
+        yield pending
+
+
+class Summaries:
+    """Per-metric streaming summaries: a `LogHistogram` for `PERCENTILE_METRICS`, a running
+    mean for every other 1-D metric."""
+
+    def __init__(self, columns: list[str]):
+        self.hists = {c: LogHistogram(ALPHA) for c in columns if c in PERCENTILE_METRICS}
+        self.means = {c: RunningMean() for c in columns if c not in PERCENTILE_METRICS}
+
+    def add(self, cols: dict[str, np.ndarray]) -> None:
+        for c, h in self.hists.items():
+            h.add(cols[c])
+        for c, m in self.means.items():
+            m.add(cols[c])
+
+    def mean(self, c: str) -> float:
+        return self.hists[c].mean() if c in self.hists else self.means[c].mean()
+
+    def state(self) -> dict[str, np.ndarray]:
+        st = {}
+        for c, h in self.hists.items():
+            st.update({f"h:{c}:{k}": v for k, v in h.state().items()})
+        for c, m in self.means.items():
+            st[f"m:{c}"] = np.array([m.total, m.n], np.float64)
+        return st
+
+    @classmethod
+    def from_state(cls, columns: list[str], st) -> Summaries:
+        s = cls(columns)
+        for c in s.hists:
+            s.hists[c] = LogHistogram.from_state(
+                {k: st[f"h:{c}:{k}"] for k in ("params", "counts", "scalars_i", "scalars_f")})
+        for c, m in s.means.items():
+            m.total, n = (float(v) for v in st[f"m:{c}"])
+            m.n = int(n)
+        return s
+
+
+@contextlib.contextmanager
+def _hold_sigint():
+    """Ctrl-C during the block is delivered when it ends (main thread only; elsewhere the
+    block runs as is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got = []
+    old = signal.signal(signal.SIGINT, lambda *a: got.append(a))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if got:
+            raise KeyboardInterrupt
+
+
+def _columns(out) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in out.items() if np.ndim(v) == 1}
+
+
+def _parquet_bytes(cols: dict[str, np.ndarray]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table(cols), buf)
+    return buf.getvalue()
+
+
+def _part_path(out_dir: Path, i: int) -> Path:
+    return out_dir / PARTS / f"part-{i:06d}.parquet"
+
+
+def _save_state(out_dir: Path, meta: dict, done: int, parts: int, sums: Summaries) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, meta=np.array(json.dumps(meta, sort_keys=True)), done=np.int64(done),
+             parts=np.int64(parts), **sums.state())
+    atomic_write_bytes(out_dir / STATE, buf.getvalue())
+
+
+def load_state(out_dir: Path) -> tuple[dict, int, int, dict]:
+    """(settings, traces done, parts written, raw summary state) of a streamed run."""
+    with np.load(Path(out_dir) / STATE) as z:
+        return (json.loads(str(z["meta"])), int(z["done"]), int(z["parts"]),
+                {k: z[k] for k in z.files})
+
+
+def run(system, params, traces, key, *, chunk: int, meta: dict, out_dir: Path | None,
+        resume: bool = False, progress: bool = False) -> tuple[Summaries, int, dict]:
+    """Stream `traces` through `system`; returns (summaries, traces simulated now, meta).
+
+    meta: the run's settings (JSON-able); a resumed run must have the same ones (its chunk
+    comes from the state, so a resumed run makes the same calls as an uninterrupted one).
+    out_dir None: summaries only, no rows written (and no resume)."""
+    n = engine.batch_size(traces)
+    start, parts, sums = 0, 0, None
+    if out_dir is not None and resume:
+        if not (out_dir / STATE).exists():
+            raise ConfigError(f"--resume: {out_dir} holds no streamed run ({STATE} missing); "
+                              "start one with --stream")
+        old, start, parts, st = load_state(out_dir)
+        diff = [k for k in sorted(set(old) | set(meta))
+                if k not in _NOT_COMPARED and old.get(k) != meta.get(k)]
+        if diff:
+            k = diff[0]
+            raise ConfigError(f"--resume: {k} is {meta.get(k)!r} but the run in {out_dir} "
+                              f"has {old.get(k)!r}; resume with the same settings")
+        if meta.get("chunk_given") and meta["chunk"] != old["chunk"]:
+            raise ConfigError(f"--resume: --chunk {meta['chunk']} but the run in {out_dir} "
+                              f"used {old['chunk']}; leave --chunk out")
+        meta = dict(meta, chunk=old["chunk"], columns=old["columns"])
+        sums = Summaries.from_state(old["columns"], st)
+        for p in sorted((out_dir / PARTS).glob("part-*.parquet")):  # past the state: redo
+            if int(p.stem.split("-")[1]) >= parts:
+                p.unlink()
+    elif out_dir is not None and (out_dir / STATE).exists():
+        raise ConfigError(f"--out {out_dir}: holds a streamed run already ({STATE}); add "
+                          "--resume to continue it, or choose another --out")
+    chunk = int(meta["chunk"])
+    buffered: list[dict[str, np.ndarray]] = []
+    rows = 0
+
+    def flush(lo_done: int):
+        nonlocal buffered, rows, parts, sums
+        cols = {k: np.concatenate([b[k] for b in buffered]) for k in buffered[0]}
+        buffered, rows = [], 0
+        if sums is None:
+            sums = Summaries([k for k in cols if k != "trace"])
+            meta["columns"] = [k for k in cols if k != "trace"]
+        sums.add(cols)
+        if out_dir is None:
+            return
+        data = _parquet_bytes(cols)
+        with _hold_sigint():  # the part and the state that counts it, or neither
+            atomic_write_bytes(_part_path(out_dir, parts), data)
+            parts += 1
+            _save_state(out_dir, meta, lo_done, parts, sums)
+
+    done_now = 0
+    starts = range(start, n, chunk)
+    with engine._progress(progress, len(starts), system.name) as advance:
+        for lo, hi, out in iter_chunks(system, params, traces, key, chunk, start):
+            cols = _columns(out)
+            buffered.append({"trace": np.arange(lo, hi, dtype=np.int64), **cols})
+            rows += hi - lo
+            done_now += hi - lo
+            if rows >= PART_ROWS or hi == n:
+                flush(hi)
+            advance()
+    return sums, done_now, meta
+
+
+def simulate_streamed(args, setup, traces, key, source: str) -> int:
+    """The CLI's `simulate --stream` / `--resume` (see the module doc); prints the summary and
+    writes summary.json when the last trace is done."""
+    from moejax import distributed
+    from moejax.api import check_trace_fits
+    from moejax.cli import _print_summary
+    from moejax.systems import SYSTEMS
+
+    if distributed.process_count() > 1:
+        raise ConfigError("--stream: runs in one process (each process would hold only its "
+                          "block of the rows); drop --num-processes / --coordinator")
+    if args.resume and not args.out:
+        raise ConfigError("--resume: needs --out, the folder of the run to continue")
+    out_dir = Path(args.out) if args.out else None
+    entry = SYSTEMS[setup.policy.system]
+    m = setup.model
+    check_trace_fits(traces, m, entry.needs_tokens, setup.policy.system)
+    system, params = entry.from_policy(setup.platform, m, setup.policy.options_table(),
+                                       traces.num_iterations)
+    n = engine.batch_size(traces)
+    chunk = min(n, args.chunk or engine.default_chunk(traces))
+    tb, scratch = budget.trace_bytes_per_trace(traces)
+    chunk = budget.plan_chunk(n, chunk, trace_bytes=tb, scratch_bytes=scratch, metric_bytes=0,
+                              metric_scalars=0, chunk_given=args.chunk is not None)
+    meta = {"hardware": setup.platform.name, "model": m.name, "policy": setup.policy.name,
+            "system": setup.policy.system, "trace_source": source, "traces": n,
+            "tokens": int(traces.num_tokens), "iterations": int(traces.num_iterations),
+            "layers": int(traces.num_layers), "seed": int(args.seed), "chunk": chunk,
+            "chunk_given": args.chunk is not None, "alpha": ALPHA, "part_rows": PART_ROWS}
+    t0 = time.perf_counter()
+    sums, done_now, meta = run(system, params, traces, key, chunk=chunk, meta=meta,
+                               out_dir=out_dir, resume=args.resume,
+                               progress=not args.quiet)
+    wall = time.perf_counter() - t0
+    h = sums.hists
+    summary = {
+        "hardware": meta["hardware"], "model": meta["model"], "policy": meta["policy"],
+        "system": meta["system"],
+        "tokens": int(args.tokens) if not args.trace else float(
+            np.mean(np.asarray(traces.tokens_per_iteration()))),
+        "traces": n, "iterations": meta["iterations"], "trace_source": source,
+        "latency_s": h["latency_s"].summary(), "forward_s": h["forward_s"].summary(),
+        "utilization_mean": sums.mean("utilization_mean"),
+        "breakdown_s": {k: sums.mean(k) for k in
+                        ("comm_s", "compute_s", "memory_s", "attention_s") if k in sums.means},
+        "tokens_per_s_mean": sums.mean("tokens_per_s"),
+        "wall_s": wall,
+        "streamed": {
+            "traces_this_call": done_now,
+            "chunk": meta["chunk"],
+            "results": f"{PARTS}/part-*.parquet, {PART_ROWS} traces a part" if out_dir
+            else None,
+            "percentiles": f"log-bucket histogram (moejax.sketch, DDSketch mapping): p50 / "
+                           f"p99 within relative error {ALPHA:g} of NumPy's; mean, min, max "
+                           "exact to float64 rounding",
+        },
+    }
+    _print_summary(summary)
+    if out_dir is not None:
+        atomic_write_json(out_dir / "summary.json", summary)
+        print(f"wrote {out_dir / PARTS}/ ({n} traces) and {out_dir / 'summary.json'}")
+    return 0
