@@ -1,4 +1,6 @@
-"""AMoE (002): vectorized AEP event simulation vs the plain-Python reference, and rules."""
+"""AMoE (002): vectorized AEP event simulation vs the exact event core's plain-Python form
+(`core.simulate_py`, the oracle; tests/test_amoe_core.py checks it equal to the compiled core
+and to `reference.py`), and rules (the per-execution logs of `reference.py`)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 from conftest import make_model, make_platform
 
 from moejax.errors import ConfigError
-from moejax.systems.amoe import aep, reference, routing, runner, schedulers, sync
+from moejax.systems.amoe import aep, reference, routing, runner, schedulers, steady, sync
 from moejax.trace.gen import request_stream
 
 R = 10
@@ -50,6 +52,14 @@ def _run(cfg, st, decay=0.5, key=2):
     return out, state, keys
 
 
+def _oracle(cfg, st, keys, i, decay=0.5):
+    """The exact core's plain-Python form on stream i (real requests: all, here)."""
+    assert bool(np.asarray(st.mask[i]).all())
+    seed = int(aep.stream_seed(keys[i]))
+    return steady.run_open(cfg, np.asarray(st.arrival_s[i]), np.asarray(st.input_len[i]),
+                           np.asarray(st.output_len[i]), seed, decay, plain=True)
+
+
 def _ref(cfg, st, keys, i, decay=0.5):
     seed = int(aep.stream_seed(keys[i]))
     return reference.simulate(cfg, np.asarray(st.arrival_s[i]), np.asarray(st.input_len[i]),
@@ -66,7 +76,7 @@ def test_matches_reference_exactly(scheduler, kind, top_k):
     st = _streams()
     out, state, keys = _run(cfg, st)
     for i in range(2):
-        ref = _ref(cfg, st, keys, i)
+        ref = _oracle(cfg, st, keys, i)
         np.testing.assert_array_equal(np.asarray(out["completion_tick"][i]), ref["complete"])
         np.testing.assert_array_equal(np.asarray(state.first_tok[i]), ref["first_tok"])
         np.testing.assert_array_equal(np.asarray(state.rank[i]), ref["rank"])
@@ -78,8 +88,9 @@ def test_reference_decay_not_dyadic():
     cfg = _cached_setup()
     st = _streams(2, seed=5)
     out, _, keys = _run(cfg, st, decay=0.7)
-    ref = _ref(cfg, st, keys, 0, decay=0.7)
+    ref = _oracle(cfg, st, keys, 0, decay=0.7)
     np.testing.assert_array_equal(np.asarray(out["completion_tick"][0]), ref["complete"])
+    assert int(out["events"][0]) == ref["events"]
 
 
 def test_every_token_passes_every_block_once():

@@ -172,7 +172,7 @@ def make_config(platform: Platform, model: ModelSpec, *, scheduler: str = "defra
     if kv_tokens < 1:
         raise ConfigError(f"kv_fraction = {kv_fraction}: no KV-cache memory left on the "
                           "attention GPUs after their weights")
-    lat, per_tok = pair_tables(platform, model.token_bytes)
+    lat, per_tok = pair_tables(platform, model.token_bytes, overheads.message_s)
     if popularity is None:
         popularity = exponential_popularity(nb, e, skew_scale, skew_seed)
     popularity = np.asarray(popularity, np.float64)

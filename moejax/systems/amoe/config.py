@@ -29,19 +29,40 @@ ITL_MIN_S, ITL_MAX_S = 1e-4, 10.0
 
 @dataclasses.dataclass(frozen=True)
 class Overheads:
-    """Fixed per-step costs of layer-wise execution, seconds (002 §5.4, Fig. 13).
+    """Fixed per-step costs of layer-wise execution, seconds (002 §5.4, Fig. 13), and the
+    kernel efficiencies and per-message cost the layer and transfer times use.
 
     schedule_s: scheduler inspects the queues and merges the batch (every step).
     attention_fixed_s: pre-processing (CPU -> GPU metadata) and post-processing (expert
       indices and weights GPU -> CPU for the dispatcher) of one attention step.
     page_table_s_per_token: each token traverses the paged-attention block table.
     expert_fixed_s: pre/post-processing of one expert step (small: no metadata, §5.4).
+    expert_efficiency: the expert GEMM's compute time is FLOPs / (peak x efficiency).
+      002 Fig. 3 (one Mixtral expert layer on an A100-40GB): throughput rises "almost
+      linearly until the batch size of 128", i.e. the memory-bound -> compute-bound knee is
+      at 128 tokens; with weights streamed at the datasheet HBM bandwidth the knee sits at
+      efficiency x peak / bandwidth tokens, so efficiency = 128 x 1.555e12 / 312e12 = 0.638
+      (`FIG3_EXPERT_EFFICIENCY`).
+    attention_kv_reads: KV bytes read per context token = reads x kv_bytes_per_token. vLLM's
+      PagedAttention decode kernel (which AMoE's executor uses, 002 §3.2 / §4 "[28]")
+      launches one thread block per (query head, sequence) (`dim3 grid(num_heads,
+      num_seqs, 1)` in vllm csrc/attention/paged_attention_v1.cu), so with MQA's one KV head
+      each of the 32 query heads streams the whole KV cache: reads = heads / kv_heads. The
+      roofline reads it once (1.0). This is what makes attention grow with context (002 §5:
+      "With long-context workloads, we observe that attention computation dominates").
+    message_s: per-message software cost (ZeroMQ metadata + NCCL send/recv, §3.5), added
+      to every off-diagonal pair latency.
     """
 
     schedule_s: float = 10e-6
     attention_fixed_s: float = 100e-6
     page_table_s_per_token: float = 2e-6
     expert_fixed_s: float = 30e-6
+    # kernel efficiencies and message costs (issue 15 part 3; defaults = the plain roofline)
+    expert_efficiency: float = 1.0  # share of peak FLOPs the expert GEMM reaches (Fig. 3)
+    attention_kv_reads: float = 1.0  # times the paged decode kernel streams the KV cache
+    message_s: float = 0.0  # software cost of one point-to-point message (§3.5), on top
+    # of the link latency; it delays the tokens, it does not occupy a GPU
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,22 +88,26 @@ class LayerCost:
     att_per_token: np.float32
 
 
+FIG3_EXPERT_EFFICIENCY = 128 * 1.555e12 / 312e12  # 002 Fig. 3 knee at 128 tokens, A100-40GB
+
+
 def layer_cost(platform: Platform, model: ModelSpec, ov: Overheads, dtype="bf16") -> LayerCost:
-    """Roofline coefficients of one expert layer and one attention layer (seconds)."""
+    """Roofline coefficients of one expert layer and one attention layer (seconds), with the
+    expert GEMM efficiency and the KV read multiplicity of `ov`."""
     dev = platform.device
     peak, bw = dev.flops(dtype), dev.memory_Bps
     f32 = np.float32
     qk_dim = model.num_heads * model.head_dim
     gate_flops = 2.0 * model.hidden_size * model.num_experts  # router is part of attention
     return LayerCost(
-        exp_comp=f32(model.expert_flops_per_token / peak),
+        exp_comp=f32(model.expert_flops_per_token / (peak * ov.expert_efficiency)),
         exp_weight=f32(model.expert_weight_bytes / bw),
         exp_act=f32(2 * model.token_bytes / bw),
         exp_fixed=f32(ov.schedule_s + ov.expert_fixed_s),
         att_comp=f32((model.attention_flops_per_token + gate_flops) / peak),
         att_ctx_comp=f32(4.0 * qk_dim / peak),
         att_weight=f32(model.attention_weight_bytes / bw),
-        att_kv=f32(model.kv_bytes_per_token / bw),
+        att_kv=f32(model.kv_bytes_per_token * ov.attention_kv_reads / bw),
         att_act=f32(2 * model.token_bytes / bw),
         att_fixed=f32(ov.schedule_s + ov.attention_fixed_s),
         att_per_token=f32(ov.page_table_s_per_token),
@@ -109,8 +134,11 @@ def attention_seconds(xp, c: LayerCost, n, ctx):
     return xp.maximum(comp, mem) + c.att_fixed + nf * c.att_per_token
 
 
-def pair_tables(platform: Platform, token_bytes: float):
+def pair_tables(platform: Platform, token_bytes: float, message_s: float = 0.0):
     """float32 [D, D] point-to-point latency (s) and seconds per token (0 on the diagonal).
+
+    `message_s` (a per-message software cost, `Overheads.message_s`) is added to every
+    off-diagonal latency.
 
     A message follows the topology's route; its bandwidth is the slowest link on it
     (NVSwitch port, or the NIC between nodes of a hierarchical platform).
@@ -120,7 +148,7 @@ def pair_tables(platform: Platform, token_bytes: float):
     bw = np.where(inc > 0, topo.link_Bps[None, None, :], np.inf).min(-1)
     d = platform.num_devices
     per_token = np.where(np.eye(d, dtype=bool), 0.0, token_bytes / bw)
-    lat = np.where(np.eye(d, dtype=bool), 0.0, topo.path_latency_s)
+    lat = np.where(np.eye(d, dtype=bool), 0.0, topo.path_latency_s + message_s)
     return lat.astype(np.float32), per_token.astype(np.float32)
 
 

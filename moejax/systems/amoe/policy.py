@@ -35,6 +35,9 @@ def _aep_options(t):
             attention_fixed_s=t.float("attention_fixed_s", 100e-6, positive=False),
             page_table_s_per_token=t.float("page_table_s_per_token", 2e-6, positive=False),
             expert_fixed_s=t.float("expert_fixed_s", 30e-6, positive=False),
+            expert_efficiency=t.float("expert_efficiency", 1.0, hi=1.0),
+            attention_kv_reads=t.float("attention_kv_reads", 1.0),
+            message_s=t.float("message_s", 0.0, positive=False),
         ),
         **common,
     )
@@ -52,6 +55,9 @@ def _sync_options(t):
             iteration_fixed_s=t.float("iteration_fixed_s", 1e-3, positive=False),
             page_table_s_per_token=t.float("page_table_s_per_token", 2e-6, positive=False),
             layer_fixed_s=t.float("layer_fixed_s", 20e-6, positive=False),
+            comm=t.str("comm", "all_to_all", choices=sync.COMM_MODES),
+            expert_efficiency=t.float("expert_efficiency", 1.0, hi=1.0),
+            attention_kv_reads=t.float("attention_kv_reads", 1.0),
         ),
         **common,
     )

@@ -23,14 +23,16 @@ from moejax.trace import gen
 STREAM_SYSTEMS = ("aep", "ep_serving")
 
 # 002 Table 3 (8x A100-SXM4-80GB, NVSwitch 600 GB/s per GPU) and Table 2 (two AWS p4d
-# nodes: 8x A100-40GB each, 4x 100 Gbps EFA per node); A100 datasheet numbers.
+# nodes: 8x A100-40GB each, 4x 100 Gbps EFA per node); A100 datasheet numbers. Latencies as
+# the catalog files (hardware/a100x8-nvswitch.toml, a100x16-2node.toml, assumed there:
+# 0.5 µs NVSwitch, 10 µs EFA), so the fallback and the catalog give the same platform.
 _A100 = {
     "a100x8-nvswitch": dict(
         family="gpu", description="8x A100-SXM4-80GB on NVSwitch (002 Table 3)",
         source="002 Table 3; NVIDIA A100 datasheet", num_devices=8,
         device={"peak_flops": {"bf16": 312e12}, "onchip_buffer_bytes": 40e6,
                 "memory_capacity_bytes": 80e9, "memory_Bps": 2.039e12, "sm_count": 108},
-        topology={"kind": "switch", "link_Bps": 300e9, "hop_latency_s": 5e-6},
+        topology={"kind": "switch", "link_Bps": 300e9, "hop_latency_s": 500e-9},
     ),
     "a100x16-2node": dict(
         family="gpu", description="2 nodes x 8 A100-SXM4-40GB, NVSwitch + 4x100 Gbps EFA "
@@ -38,9 +40,9 @@ _A100 = {
         num_devices=16,
         device={"peak_flops": {"bf16": 312e12}, "onchip_buffer_bytes": 40e6,
                 "memory_capacity_bytes": 40e9, "memory_Bps": 1.555e12, "sm_count": 108},
-        topology={"kind": "hierarchical", "link_Bps": 300e9, "hop_latency_s": 5e-6,
+        topology={"kind": "hierarchical", "link_Bps": 300e9, "hop_latency_s": 500e-9,
                   "nodes": 2, "devices_per_node": 8, "inter_Bps": 50e9 / 8,
-                  "inter_latency_s": 20e-6},
+                  "inter_latency_s": 10e-6},
     ),
     # Fig. 10's grey markers: one of the two AWS p4d nodes alone (8x A100-40GB, NVSwitch)
     "a100x8-40g": dict(

@@ -43,19 +43,35 @@ from moejax.systems.amoe.config import (
 )
 from moejax.trace.core import RequestStream
 
+COMM_MODES = ("all_to_all", "gather_allreduce")
+
 
 @dataclasses.dataclass(frozen=True)
 class SyncOverheads:
-    """Per-iteration and per-layer costs of a synchronous serving engine (seconds).
+    """Per-iteration and per-layer costs of a synchronous serving engine (seconds), its
+    expert communication and its kernel efficiencies.
 
     iteration_fixed_s: scheduler, batch preparation and sampling once per iteration.
     page_table_s_per_token: KV slot allocation and block-table lookup once per iteration.
     layer_fixed_s: kernel launches of one block (CUDA graphs amortise them).
+    comm: how tokens reach the experts in each block.
+      "all_to_all": barrier all-to-all of the routed tokens only (dispatch, combine).
+      "gather_allreduce": SGLang's DP attention + EP MoE of early 2025 (review #5): the DP
+        ranks' hidden states are all-gathered to every rank (`dp_gather`), each rank runs
+        its experts on the tokens routed to them, and the outputs are combined by an
+        all-reduce of the global batch (`tensor_model_parallel_all_reduce`); ring
+        collectives over all GPUs (`physics.collectives`).
+    expert_efficiency, attention_kv_reads: as `config.Overheads` (Fig. 3 GEMM efficiency;
+      KV read multiplicity of the decode kernel: 1 for FlashInfer, SGLang's default
+      attention backend, whose GQA/MQA decode loads each KV head once for its group).
     """
 
     iteration_fixed_s: float = 1e-3
     page_table_s_per_token: float = 2e-6
     layer_fixed_s: float = 20e-6
+    comm: str = "all_to_all"
+    expert_efficiency: float = 1.0
+    attention_kv_reads: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -92,6 +108,8 @@ def make_config(platform: Platform, model: ModelSpec, *, num_requests: int = 64,
                 bin_s: float = 1.0, num_bins: int = 64, dtype: str = "bf16") -> SyncConfig:
     """Validated SyncConfig; max_running = 0 means bounded by KV capacity only."""
     overheads = SyncOverheads() if overheads is None else overheads
+    if overheads.comm not in COMM_MODES:
+        raise ConfigError(f"comm = {overheads.comm!r}; allowed: {', '.join(COMM_MODES)}")
     check_positive("num_requests", num_requests, integer=True)
     check_positive("admit_per_iteration", admit_per_iteration, integer=True)
     if max_running < 0:
@@ -114,7 +132,8 @@ def make_config(platform: Platform, model: ModelSpec, *, num_requests: int = 64,
     if popularity is None:
         popularity = exponential_popularity(nb, e, skew_scale, skew_seed)
     zero = Overheads(schedule_s=0.0, attention_fixed_s=0.0, page_table_s_per_token=0.0,
-                     expert_fixed_s=0.0)
+                     expert_fixed_s=0.0, expert_efficiency=overheads.expert_efficiency,
+                     attention_kv_reads=overheads.attention_kv_reads)
     return SyncConfig(
         platform=platform, model=model, topo=topology.build(platform),
         num_requests=int(num_requests), expert_gpus=expert_gpus,
@@ -173,6 +192,7 @@ def build(cfg: SyncConfig, num_steps: int = 1) -> System:
     cdf = jnp.asarray(cfg.cdf)
     reqs = jnp.arange(r_, dtype=jnp.int32)
     ov = cfg.overheads
+    groups = np.arange(d_)[None, :]  # one ring over every GPU (gather_allreduce)
 
     def init(params, stream: RequestStream, key):
         zr = jnp.zeros(r_, jnp.int32)
@@ -230,10 +250,17 @@ def build(cfg: SyncConfig, num_steps: int = 1) -> System:
         src_e = jnp.einsum("rd,rbe->bde", own, routed)  # [NB, D, E]
         tokens_e = src_e.sum(1)  # [NB, E]
         exp_dev = expert_kernel_s(cfg.cost, tokens_e.astype(jnp.int32)) @ place  # [NB, D]
-        traffic = jnp.einsum("bde,ef->bdf", src_e, place) * cfg.model.token_bytes
-        dispatch = collectives.all_to_all_time_s(traffic, cfg.topo)  # [NB]
-        combine = collectives.all_to_all_time_s(jnp.swapaxes(traffic, -1, -2), cfg.topo)
         n_dev = own.sum(0)
+        if ov.comm == "gather_allreduce":  # every rank gets the global batch, then all-reduce
+            vol = n_run.astype(jnp.float32) * cfg.model.token_bytes
+            dispatch = jnp.broadcast_to(collectives.all_gather_time_s(vol, groups, cfg.topo),
+                                        (nb,))
+            combine = jnp.broadcast_to(collectives.all_reduce_time_s(vol, groups, cfg.topo),
+                                       (nb,))
+        else:
+            traffic = jnp.einsum("bde,ef->bdf", src_e, place) * cfg.model.token_bytes
+            dispatch = collectives.all_to_all_time_s(traffic, cfg.topo)  # [NB]
+            combine = collectives.all_to_all_time_s(jnp.swapaxes(traffic, -1, -2), cfg.topo)
         ctx_dev = (own * (s.input_len + s.tokens_done)[:, None]).sum(0)
         att_dev = jnp.where(n_dev > 0, attention_seconds(jnp, cfg.cost, n_dev, ctx_dev), 0.0)
         block_s = att_dev.max() + dispatch + exp_dev.max(-1) + combine + ov.layer_fixed_s
