@@ -3,10 +3,14 @@ per-link D2D accounting, against the plain reference, conservation and the incid
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
 from conftest import make_model, make_platform, random_trace
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from moejax.errors import ConfigError
 from moejax.systems import fsedp
@@ -33,6 +37,9 @@ CASES = [
     dict(ddr_loading="any", d2d="link"),
     dict(ddr_loading="any", d2d="link", ablation="A4"),
     dict(ddr_loading="any", d2d="link", rows=3, cols=3),
+    dict(ddr_loading="any", d2d="die", rows=3, cols=3),
+    dict(ddr_loading="trajectory", d2d="die", xfer_overhead_s=0.5e-6),
+    dict(ddr_loading="any", d2d="link", xfer_overhead_s=2e-6, ablation="A4"),
 ]
 
 
@@ -51,7 +58,7 @@ def test_new_readings_match_plain_reference(case):
 
 @pytest.mark.parametrize("d2d", ["sender", "link"])
 def test_any_die_loading_conserves_ddr_bytes_and_spreads_them(d2d):
-    any_, traj = _cfg(ddr_loading="any", d2d=d2d), _cfg(d2d=d2d)
+    any_, traj = _cfg(ddr_loading="any", d2d=d2d), _cfg(ddr_loading="trajectory", d2d=d2d)
     tok = _tok(any_, 3, n=6)  # few tokens: small trajectories
     active = np.asarray(tok.sum(0) > 0)
     w = any_.model.expert_weight_bytes
@@ -67,6 +74,7 @@ def test_any_die_loading_conserves_ddr_bytes_and_spreads_them(d2d):
 
 def test_per_link_d2d_loads_equal_the_incidence_matrix():
     for kw in (dict(), dict(ddr_loading="any"), dict(rows=3, cols=3, ddr_loading="any")):
+        kw.setdefault("ddr_loading", "trajectory")
         cfg = _cfg(d2d="link", **kw)
         snd = _cfg(d2d="sender", **kw)
         tok = _tok(cfg, 4, n=9)
@@ -92,3 +100,74 @@ def test_bad_readings_name_the_field():
         _cfg(ddr_loading="nearest")
     with pytest.raises(ConfigError, match="d2d"):
         _cfg(d2d="bus")
+
+
+def test_die_budget_sums_the_link_loads_leaving_each_die():
+    """d2d = "die": one D2D resource per die carrying every link load that leaves it (the
+    per-die UCIe budget of Table I / §VI-D Eq. (1)); same bytes as the link accounting."""
+    for kw in (dict(), dict(rows=3, cols=3)):
+        die, lnk = _cfg(d2d="die", **kw), _cfg(d2d="link", **kw)
+        tok = _tok(die, 6, n=9)
+        per_die = np.asarray(layer.expert_demands(die, 4.0, tok)[3])  # [E, D]
+        per_link = np.asarray(layer.expert_demands(lnk, 4.0, tok)[3])  # [E, Lk]
+        np.testing.assert_allclose(per_die, per_link @ layer.out_links(lnk).T, rtol=1e-5,
+                                   atol=1e-15)
+        np.testing.assert_allclose(per_die.sum(), per_link.sum(), rtol=1e-5)
+
+
+def test_transfer_overhead_is_a_per_micro_slice_cost():
+    """xfer_overhead_s: W / M bytes take W / (M bw) + x on DDR and on each link, so the DDR
+    busy time of a layer grows by exactly x per micro-slice loaded (M per active expert)."""
+    base, ovh = _cfg(), _cfg(xfer_overhead_s=1e-6)
+    tok = _tok(base, 2)
+    active = float((np.asarray(tok).sum(0) > 0).sum())
+    b0 = np.asarray(layer.simulate_layer(base, 4.0, tok, tok.sum(0))["busy_s"])[:, 1].sum()
+    b1 = np.asarray(layer.simulate_layer(ovh, 4.0, tok, tok.sum(0))["busy_s"])[:, 1].sum()
+    np.testing.assert_allclose(b1 - b0, active * 4 * 1e-6, rtol=1e-4)
+
+
+# --- more control overhead never makes a layer faster (review point 6) -------------------
+
+_MONO = {}
+
+
+def _mono_fn(ablation):
+    """Latency [K] of one layer at K control overheads, vmapped: one compile per ablation."""
+    if ablation not in _MONO:
+        cfg = fsedp.make_config(make_platform("mesh2d", rows=2, cols=2),
+                                make_model(num_experts=6, top_k=2), ablation=ablation,
+                                weight_buffer_bytes=1e6)
+        hw = layer.hardware_of(cfg)
+
+        def lat(tok, ovs):
+            return jax.vmap(lambda o: layer.simulate_layer(
+                cfg, 4.0, tok, tok.sum(0), hw=hw._replace(ctrl_overhead_s=o))["latency_s"])(ovs)
+
+        _MONO[ablation] = cfg, jax.jit(lat)
+    return _MONO[ablation]
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(ablation=st.sampled_from(["A2", "A3"]),
+       tok=st.lists(st.integers(0, 40), min_size=24, max_size=24),
+       keep=st.lists(st.booleans(), min_size=24, max_size=24),
+       ovs=st.lists(st.floats(0.0, 4e-6), min_size=3, max_size=3))
+def test_more_overhead_never_makes_a_layer_faster(ablation, tok, keep, ovs):
+    """Latency is non-decreasing in ctrl_overhead_s, vectorized and reference, up to the
+    model's time resolution at a pipeline's end: one micro-slice's longest compute / D2D
+    stage (`layer.pipeline_tail`; which stream ends last, DDR- or compute-bound, moves the
+    last stage in or out of the fluid stream)."""
+    cfg, fn = _mono_fn(ablation)
+    t = (np.asarray(tok, np.float32) * np.asarray(keep)).reshape(4, 6)
+    assume(t.sum() > 0)
+    ovs = np.sort(np.asarray(ovs, np.float32))
+    got = np.asarray(fn(jax.numpy.asarray(t), jax.numpy.asarray(ovs)))
+    ref = np.asarray([reference.simulate_layer(dataclasses.replace(cfg, ctrl_overhead_s=float(o)),
+                                               4.0, t)["latency_s"] for o in ovs])
+    np.testing.assert_allclose(got, ref, rtol=1e-4)
+    for i in range(len(ovs) - 1):
+        hw = layer.hardware_of(cfg)._replace(ctrl_overhead_s=float(ovs[i]))
+        res = float(np.max(np.asarray(layer.expert_demands(cfg, 4.0, jax.numpy.asarray(t),
+                                                           hw)[6])))
+        for lat in (got, ref):
+            assert lat[i + 1] >= lat[i] - res * (1 + 1e-4), (ovs, lat)

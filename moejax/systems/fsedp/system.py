@@ -20,6 +20,8 @@ from moejax.systems import ep
 from moejax.systems.fsedp import buffering
 from moejax.systems.fsedp.config import (
     ABLATIONS,
+    D2D_ACCOUNTING,
+    DDR_LOADING,
     DEFAULT_CTRL_OVERHEAD_S,
     FSEDPConfig,
     FSEDPParams,
@@ -156,8 +158,9 @@ def _read_options(t):
         num_requests=t.int("num_requests", 4, lo=1),
         weight_buffer_bytes=t.float("weight_buffer_bytes", 0.0, positive=False),
         ctrl_overhead_s=t.float("ctrl_overhead_s", DEFAULT_CTRL_OVERHEAD_S, positive=False),
-        ddr_loading=t.str("ddr_loading", "trajectory", choices=("trajectory", "any")),
-        d2d=t.str("d2d", "sender", choices=("sender", "link")),
+        ddr_loading=t.str("ddr_loading", "any", choices=DDR_LOADING),
+        d2d=t.str("d2d", "link", choices=D2D_ACCOUNTING),
+        xfer_overhead_s=t.float("xfer_overhead_s", 0.0, positive=False),
     )
     m = t.float("num_microslices", 8.0, lo=1.0)
     auto = t.bool("raise_microslices_to_fit", True)
