@@ -81,7 +81,7 @@ def hardware_of(cfg: FSEDPConfig, params=None) -> Hardware:
 
 def num_events(cfg: FSEDPConfig) -> int:
     """Static scan length of one layer: each step ends >= 1 stream or drain."""
-    return 2 * cfg.model.num_experts + 2
+    return 2 * (cfg.model.num_experts + cfg.shared_units) + 2
 
 
 def token_owner(num_tokens: int, num_devices: int) -> np.ndarray:
@@ -103,6 +103,17 @@ def tokens_per_die(cfg: FSEDPConfig, expert_ids, token_mask, counts):
     return ops.bincount(key, wt, d * e).reshape(d, e).astype(jnp.float32)
 
 
+def with_shared(cfg: FSEDPConfig, tok):
+    """tok [..., D, E] with `cfg.shared_units` columns appended: every token of a die visits
+    each shared unit (000 streams every expert the same way; a shared expert is one that all
+    tokens choose). A die's tokens = its routed pairs / top_k (mass-weighted under Alg. 2)."""
+    if cfg.shared_units == 0:
+        return tok
+    owned = tok.sum(-1, keepdims=True) / cfg.model.top_k
+    return jnp.concatenate(
+        [tok, jnp.broadcast_to(owned, (*tok.shape[:-1], cfg.shared_units))], axis=-1)
+
+
 def unit_order(cfg: FSEDPConfig, counts):
     """Position of each expert in Algorithm 1's list E_sorted, int [E] (E when inactive).
 
@@ -111,7 +122,7 @@ def unit_order(cfg: FSEDPConfig, counts):
     takes positions 2u (its hot expert) and 2u + 1 (its cold one; the middle expert of an
     odd count is alone at 2u). Otherwise the rank of the expert id among active experts.
     """
-    e = cfg.model.num_experts
+    e = counts.shape[-1]  # routed experts, then the streamed shared units
     active = counts > 0
     n_act = active.sum()
     if cfg.paired_load:
