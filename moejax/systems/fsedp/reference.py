@@ -259,3 +259,69 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
         "peak_weight_bytes": np.asarray(peak),
         "finished": all(s == DONE for s in status),
     }
+
+
+def plan_iterations(cfg: FSEDPConfig, iterations) -> list[dict]:
+    """Reference of `buffering.plan_iteration` in hard mode, Algorithm 2 (000 §V-A) as loops.
+
+    iterations: per iteration (tok_r [R][L][D][E] fresh tokens per request, size_r [R]).
+    Returns per iteration {"tok_l" [L, D, E], "done", "deferred"}. A request holds at most
+    one paused pass: it resumes from the layer it stopped at in the next iteration; with
+    `cfg.refill` its slot also runs a fresh pass (and cannot defer again that iteration),
+    without it its new tokens wait.
+    """
+    n_thr = max(1, int(round(1.0 / cfg.slack)))
+    r_n = cfg.num_requests
+    qos, cfw = [0.0] * r_n, [0.0] * r_n
+    paused_at = [None] * r_n
+    carry = [None] * r_n
+    carry_tok = [0.0] * r_n
+    out = []
+    for tok_r, size_r in iterations:
+        tok_r = np.asarray(tok_r, np.float64)
+        n_l = tok_r.shape[1]
+        fresh = [size_r[r] > 0 and (cfg.refill or paused_at[r] is None) for r in range(r_n)]
+        for r in range(r_n):  # lines 2-5: a buffering opportunity every N_threshold passes
+            if cfw[r] >= n_thr:
+                qos[r] += 1.0
+                cfw[r] = 0.0
+        f = [1.0 if fresh[r] else 0.0 for r in range(r_n)]
+        g = [0.0] * r_n
+        dfr_at = [None] * r_n  # (layer, which pass) deferred this iteration
+        tok_l = np.zeros(tok_r.shape[1:])
+        deferred = 0.0
+        for lyr in range(n_l):
+            for r in range(r_n):
+                if paused_at[r] == lyr:
+                    g[r] = 1.0
+            live = [f[r] * tok_r[r, lyr] + (g[r] * carry[r][lyr] if g[r] else 0.0)
+                    for r in range(r_n)]
+            n_e = sum(x.sum(0) for x in live)  # [E]
+            for r in range(r_n):
+                if f[r] + g[r] == 0:
+                    continue
+                used = (f[r] * tok_r[r, lyr]).sum(0) > 0
+                if g[r]:
+                    used = used | (carry[r][lyr].sum(0) > 0)
+                if not used.any() or n_e[used].min() >= cfg.theta_min:
+                    continue  # lines 6-7: no cold expert (fewer than theta_min tokens)
+                if qos[r] < 1.0 or (cfg.refill and paused_at[r] is not None):
+                    continue  # line 8: no timer left (or the slot holds a paused pass)
+                qos[r] -= f[r] + g[r]
+                dfr_at[r] = (lyr, "fresh" if f[r] else "resumed")
+                deferred += f[r] + g[r]
+                f[r] = g[r] = 0.0
+            for r in range(r_n):
+                tok_l[lyr] += f[r] * tok_r[r, lyr] + (g[r] * carry[r][lyr] if g[r] else 0.0)
+        done = sum(f[r] * size_r[r] + g[r] * carry_tok[r] for r in range(r_n))
+        for r in range(r_n):
+            cfw[r] += f[r] + g[r]
+            if dfr_at[r] is None:
+                paused_at[r], carry[r], carry_tok[r] = None, None, 0.0
+            else:
+                lyr, which = dfr_at[r]
+                if which == "fresh":
+                    carry[r], carry_tok[r] = tok_r[r], float(size_r[r])
+                paused_at[r] = lyr
+        out.append({"tok_l": tok_l, "done": float(done), "deferred": deferred})
+    return out
