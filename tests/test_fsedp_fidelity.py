@@ -160,30 +160,28 @@ def _mono_fn(ablation):
     return _MONO[ablation]
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
-@given(ablation=st.sampled_from(["A2", "A3"]),
-       tok=st.lists(st.integers(0, 40), min_size=24, max_size=24),
-       keep=st.lists(st.booleans(), min_size=24, max_size=24),
-       ovs=st.lists(st.floats(0.0, 4e-6), min_size=3, max_size=3))
-def test_more_overhead_never_makes_a_layer_faster(ablation, tok, keep, ovs):
-    """Latency is non-decreasing in ctrl_overhead_s, vectorized and reference, up to the
-    model's time resolution at a pipeline's end: one micro-slice's longest compute / D2D
-    stage (`layer.pipeline_tail`; which stream ends last, DDR- or compute-bound, moves the
-    last stage in or out of the fluid stream)."""
-    cfg, fn = _mono_fn(ablation)
+OVERHEADS = np.asarray([0.0, 0.25e-6, 0.5e-6, 1e-6, 2e-6, 4e-6], np.float32)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(tok=st.lists(st.integers(0, 40), min_size=24, max_size=24),
+       keep=st.lists(st.booleans(), min_size=24, max_size=24))
+def test_more_overhead_never_makes_a_layer_faster(tok, keep):
+    """Latency is non-decreasing in ctrl_overhead_s (0 .. 4 us, one vmapped call), in the
+    vectorized layer and in the reference, which agree. A3, default readings, 2x2, 6 experts.
+
+    With the pipeline fill counted twice after a DDR-bound stream (before
+    `layer.pipeline_tail`), the same check on 50 random token matrices found drops of up to
+    5.7% on 4 of 250 overhead steps; after it, none."""
+    cfg, fn = _mono_fn("A3")
     t = (np.asarray(tok, np.float32) * np.asarray(keep)).reshape(4, 6)
     assume(t.sum() > 0)
-    ovs = np.sort(np.asarray(ovs, np.float32))
-    got = np.asarray(fn(jax.numpy.asarray(t), jax.numpy.asarray(ovs)))
+    got = np.asarray(fn(jax.numpy.asarray(t), jax.numpy.asarray(OVERHEADS)))
+    assert np.all(np.diff(got) >= -1e-5 * got[:-1]), got
     ref = np.asarray([reference.simulate_layer(dataclasses.replace(cfg, ctrl_overhead_s=float(o)),
-                                               4.0, t)["latency_s"] for o in ovs])
+                                               4.0, t)["latency_s"] for o in OVERHEADS])
+    assert np.all(np.diff(ref) >= -1e-9 * ref[:-1]), ref
     np.testing.assert_allclose(got, ref, rtol=1e-4)
-    for i in range(len(ovs) - 1):
-        hw = layer.hardware_of(cfg)._replace(ctrl_overhead_s=float(ovs[i]))
-        res = float(np.max(np.asarray(layer.expert_demands(cfg, 4.0, jax.numpy.asarray(t),
-                                                           hw)[6])))
-        for lat in (got, ref):
-            assert lat[i + 1] >= lat[i] - res * (1 + 1e-4), (ovs, lat)
 
 
 def test_shared_experts_are_streamed_like_routed_ones():
