@@ -74,6 +74,17 @@ def test_microslice_claim_needs_an_interior_minimum_below_10():
     assert study.fig17_claim(_f17_rows([3.0, 1.0, 2.0, 4.0, 5.0])).holds
     assert not study.fig17_claim(_f17_rows([5.0, 4.0, 3.0, 2.0, 1.0])).holds  # monotone
     assert not study.fig17_claim(_f17_rows([5.0, 4.0, 3.0, 1.0, 2.0])).holds  # best 16
+    # with the transfer-overhead rows at the claim buffer, those decide (issue 14)
+    rows = _f17_rows([5.0, 4.0, 3.0, 2.0, 1.0])
+    rows["overhead"] = ["ctrl 0.5us"] * 6
+    primary = next(iter(study.OVERHEAD_READINGS))
+    for m, v in zip([2.0, 4.0, 8.0, 16.0], [3.0, 1.0, 2.0, 4.0], strict=True):
+        for k, x in (("model", "qwen3-30b-a3b"), ("buffer_mb", study.CLAIM_BUFFER_MB),
+                     ("num_microslices", m), ("latency_s", v), ("overhead", primary)):
+            rows[k].append(x)
+    c = study.fig17_claim(rows)
+    assert c.holds and c.simulated["best"] == 4.0
+    assert not c.simulated["by_reading"]["ctrl 0.5us"]["holds"]
 
 
 def test_speedup_claims_from_rows():

@@ -318,7 +318,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_shipped_checkpoint_reproduces_the_shipped_policy(folder, policy, tmp_path):
     prob, res = restore(ROOT / "checkpoints" / folder)
     out = export.write_policy(tmp_path / "p.toml", prob, res.hard, res.step)
-    assert out.read_bytes() == (ROOT / "policies" / policy).read_bytes()
+    shipped = (ROOT / "policies" / policy).read_text()
+    # issue 14 pinned the reading a tuned FSE-DP value was tuned under: a trailing block
+    # the export (of the base policy, new defaults) does not write
+    shipped = shipped.split("# Pinned at issue 14:")[0]
+    assert out.read_text() == shipped
 
 
 def test_p99_and_throughput_losses_have_gradients():

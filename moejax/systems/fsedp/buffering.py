@@ -6,8 +6,12 @@ forward-pass counter C_fw(r) follow Algorithm 2: every N_threshold = 1 / slack c
 passes grant one deferral (lines 2-5); at layer l, after gating, a request whose activated
 experts include one with fewer than theta_min tokens (over all active requests) and whose
 timer is positive is paused (lines 6-9). A paused request resumes from the same layer in the
-next iteration with its activations and gating unchanged (its new tokens wait until its
-pass is complete).
+next iteration with its activations and gating unchanged. With `cfg.refill` (default) the
+freed slot is refilled: the iteration also runs a fresh pass in that slot from layer 0 (a
+queued request takes it, so tokens per iteration stay constant, and the resumed tokens batch
+with the fresh ones on the cold experts, §V-A); a slot holds one paused pass, so a request
+resuming one does not defer again in that iteration. Without refill (before issue 14) the
+request's new tokens wait until its paused pass is complete.
 
 Relaxed mode (moejax.tune): theta_min and slack may come from `FSEDPParams` (traced) and,
 with `tau > 0`, every decision of Algorithm 2 is smooth, through `moejax.relax`:
@@ -97,7 +101,9 @@ def plan_iteration(cfg: FSEDPConfig, bs: BufferState, tok_r, size_r, enabled: bo
     """
     theta, slack, tau = knobs(cfg, params)
     paused = bs.paused_at.sum(-1)  # [R] mass of the request that resumes a paused pass
-    fresh0 = (1.0 - paused) * (size_r > 0)  # mass running a fresh pass from layer 0
+    # mass running a fresh pass from layer 0 (refill: the slot always runs one)
+    fresh0 = (1.0 if cfg.refill else 1.0 - paused) * (size_r > 0)
+    may_defer = (1.0 - paused) if cfg.refill else 1.0  # one paused pass per slot
     mix = fresh0[:, None, None, None] * tok_r + paused[:, None, None, None] * bs.carry
     uses_all = mix.sum(2) > 0  # [R, L, E]: experts the pass activates (trace-given)
     # Algorithm 2 lines 2-5: a granted buffering opportunity every N_threshold passes
@@ -114,7 +120,7 @@ def plan_iteration(cfg: FSEDPConfig, bs: BufferState, tok_r, size_r, enabled: bo
         uses = uses_all[:, l] & ((f + g) > 0)[:, None]
         n_min = relax.min(jnp.where(uses, n_e[None, :], _NO_EXPERT), tau)  # [R]
         cold = relax.step(theta - n_min, tau) * uses.any(-1)  # lines 6-7
-        frac = cold * jnp.clip(qos, 0.0, 1.0) * enabled  # line 8: a timer left
+        frac = cold * jnp.clip(qos, 0.0, 1.0) * enabled * may_defer  # line 8: a timer left
         df, dg = f * frac, g * frac  # lines 8-9: defer this part of the request
         qos = qos - (df + dg)
         f, g = f - df, g - dg

@@ -42,8 +42,9 @@ ABLATIONS = {
 # Fig. 4b): the one being computed and forwarded (Rule 1) and the one being received.
 SLOTS_PER_RUNNING_EXPERT = 2
 
-DDR_LOADING = ("trajectory", "any")
-D2D_ACCOUNTING = ("sender", "link")
+DDR_LOADING = ("any", "trajectory")
+D2D_ACCOUNTING = ("link", "sender", "die")
+SHARED = ("stream", "omit")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -79,11 +80,31 @@ class FSEDPConfig:
     # "any" = every die with a free buffer loads a share of a streaming expert from its own
     # channel and forwards it over D2D to the nearest trajectory die; "trajectory" = only
     # the dies of T_e load (the narrower reading).
-    ddr_loading: str = "trajectory"
+    ddr_loading: str = "any"
     # D2D accounting: "link" = the ring flows (and forwards) load every directed mesh link
     # on their XY route once (`topology.link_loads`; 000 §V-C routers, Table I per-hop
-    # latency); "sender" = bytes x hops charged to the sending die's one D2D resource.
-    d2d: str = "sender"
+    # latency); "sender" = bytes x hops charged to the sending die's one D2D resource;
+    # "die" = the link loads, but all links leaving a die share one budget of link_Bps
+    # (Table I "Multiple UCIE D2D IPs: 288 GB/s" read per die, as §VI-D Eq. (1) sizes the
+    # UCIe modules per chiplet: ceil(BW_D2D / BW_UCIe) x A_UCIe).
+    d2d: str = "link"
+    # Per-transfer overhead (000 §IV "per-transfer header cost"): seconds each micro-slice
+    # load (DDR) and each micro-slice forward (D2D link) costs on top of bytes / bandwidth
+    # (`layer.with_transfer_overhead`). 0 = none (the compute-side `ctrl_overhead_s` only).
+    xfer_overhead_s: float = 0.0
+    # Shared experts (DeepSeek-MoE's 2): "stream" = streamed like any expert, as units of one
+    # routed expert's size that every token visits (000 §IV: FSE-DP streams every expert;
+    # the paper names no special path for shared ones); "omit" = left out of the MoE layer
+    # (moejax before issue 14).
+    shared: str = "stream"
+    # Algorithm 2: a deferred request's slot runs a fresh pass in the next iteration too
+    # (`buffering` module docstring); False = its new tokens wait (before issue 14).
+    refill: bool = True
+
+    @property
+    def shared_units(self) -> int:
+        """Streamed shared units per layer (0 if omitted or the model has none)."""
+        return shared_units(self.model) if self.shared == "stream" else 0
 
     @property
     def num_devices(self) -> int:
@@ -116,6 +137,19 @@ class FSEDPConfig:
         return max(1, int(round(1.0 / self.slack)))
 
 
+def shared_units(model: ModelSpec) -> int:
+    """Shared experts as units of one routed expert's weights (DeepSeek-MoE: 2 of 1408)."""
+    if model.num_shared_experts == 0:
+        return 0
+    units = model.shared_weight_bytes / model.expert_weight_bytes
+    if abs(units - round(units)) > 1e-9 or round(units) < 1:
+        raise ConfigError(
+            f"shared = 'stream': {model.name}'s shared experts ({model.shared_weight_bytes:.4g} "
+            f"B) are not a whole number of routed experts ({model.expert_weight_bytes:.4g} B); "
+            "allowed: shared = 'omit'")
+    return int(round(units))
+
+
 def ring_position(topo: topology.Topology) -> np.ndarray:
     """Snake order of a rows x cols mesh (a Hamiltonian path; a cycle when rows is even)."""
     d = topo.num_devices
@@ -136,8 +170,9 @@ def make_config(platform: Platform, model: ModelSpec, *, ablation: str | None = 
                 token_buffering: bool = False, slack: float = 0.2, theta_min: float = 2.0,
                 num_requests: int = 4, weight_buffer_bytes: float = 0.0,
                 ctrl_overhead_s: float = DEFAULT_CTRL_OVERHEAD_S,
-                dtype: str = "bf16", ddr_loading: str = "trajectory",
-                d2d: str = "sender") -> FSEDPConfig:
+                dtype: str = "bf16", ddr_loading: str = "any",
+                d2d: str = "link", xfer_overhead_s: float = 0.0,
+                shared: str = "stream", refill: bool = True) -> FSEDPConfig:
     """Validated FSEDPConfig; `ablation` ("A1".."A5") sets the four switches of §VI-C."""
     if platform.family != "chiplet":
         raise ConfigError(f"fsedp: platform {platform.name} is a {platform.family} platform; "
@@ -159,14 +194,21 @@ def make_config(platform: Platform, model: ModelSpec, *, ablation: str | None = 
                           "(0 = the platform's onchip_buffer_bytes)")
     if ctrl_overhead_s < 0:
         raise ConfigError(f"ctrl_overhead_s = {ctrl_overhead_s!r}; allowed: >= 0 seconds")
+    if xfer_overhead_s < 0:
+        raise ConfigError(f"xfer_overhead_s = {xfer_overhead_s!r}; allowed: >= 0 seconds")
     if ddr_loading not in DDR_LOADING:
         raise ConfigError(f"ddr_loading = {ddr_loading!r}; allowed: {', '.join(DDR_LOADING)}")
+    if shared not in SHARED:
+        raise ConfigError(f"shared = {shared!r}; allowed: {', '.join(SHARED)}")
+    if shared == "stream":
+        shared_units(model)  # raises when the shared experts do not cut into expert units
     if d2d not in D2D_ACCOUNTING:
         raise ConfigError(f"d2d = {d2d!r}; allowed: {', '.join(D2D_ACCOUNTING)}")
     buf = weight_buffer_bytes or platform.device.onchip_buffer_bytes
     return FSEDPConfig(platform, model, topology.build(platform), naive, paired_load, rule5,
                        token_buffering, float(slack), float(theta_min), int(num_requests),
-                       float(buf), float(ctrl_overhead_s), dtype, ddr_loading, d2d)
+                       float(buf), float(ctrl_overhead_s), dtype, ddr_loading, d2d,
+                       float(xfer_overhead_s), shared, bool(refill))
 
 
 def min_microslices(cfg: FSEDPConfig) -> int:

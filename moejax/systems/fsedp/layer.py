@@ -18,8 +18,9 @@ Model (the same rules as `reference.py`, which is a plain-Python event loop):
   share dies (flow fusion, §IV-B): every running expert advances at
   1 / max over the resources it uses of the summed demand of all running experts on that
   resource, so experts sharing a bottleneck finish together ("max of sums", Fig. 6).
-  A finished stream then drains for the pipeline latency P_e (first micro-slice load unless
-  pre-loaded, |T_e| - 1 D2D hops of one micro-slice, one micro-slice compute).
+  A finished stream then drains for the pipeline tail P_e: the stages of one micro-slice
+  (its load unless pre-loaded, |T_e| - 1 D2D hops, one compute) less the longest of
+  them, which the stream already holds (`pipeline_tail`).
 * Buffers (§IV-B): a running expert keeps 2 micro-slices per trajectory die (one computed
   and forwarded, one received: Fig. 4b); DDR bandwidth left over by running experts
   pre-loads the first pending expert into free space (Algorithm 1 line 12, Rule 4). An
@@ -61,12 +62,15 @@ class Hardware(NamedTuple):
     ddr_Bps: jax.Array | float
     link_Bps: jax.Array | float
     weight_buffer_bytes: jax.Array | float
+    # compute-pipeline seconds per micro-slice visit (FSEDPConfig.ctrl_overhead_s); a field
+    # here so a test or a sweep can trace it (FSEDPParams has no such field)
+    ctrl_overhead_s: jax.Array | float = 0.0
 
 
 def hardware_of(cfg: FSEDPConfig, params=None) -> Hardware:
     """The config's DDR / D2D bandwidth and weight buffer, overridden by `params` fields
     (FSEDPParams.ddr_Bps, link_Bps, weight_buffer_bytes) that are not None."""
-    vals = [cfg.ddr_Bps, cfg.link_Bps, cfg.weight_buffer_bytes]
+    vals = [cfg.ddr_Bps, cfg.link_Bps, cfg.weight_buffer_bytes, cfg.ctrl_overhead_s]
     if params is not None:
         for i, name in enumerate(Hardware._fields):
             v = getattr(params, name, None)
@@ -77,7 +81,7 @@ def hardware_of(cfg: FSEDPConfig, params=None) -> Hardware:
 
 def num_events(cfg: FSEDPConfig) -> int:
     """Static scan length of one layer: each step ends >= 1 stream or drain."""
-    return 2 * cfg.model.num_experts + 2
+    return 2 * (cfg.model.num_experts + cfg.shared_units) + 2
 
 
 def token_owner(num_tokens: int, num_devices: int) -> np.ndarray:
@@ -99,6 +103,17 @@ def tokens_per_die(cfg: FSEDPConfig, expert_ids, token_mask, counts):
     return ops.bincount(key, wt, d * e).reshape(d, e).astype(jnp.float32)
 
 
+def with_shared(cfg: FSEDPConfig, tok):
+    """tok [..., D, E] with `cfg.shared_units` columns appended: every token of a die visits
+    each shared unit (000 streams every expert the same way; a shared expert is one that all
+    tokens choose). A die's tokens = its routed pairs / top_k (mass-weighted under Alg. 2)."""
+    if cfg.shared_units == 0:
+        return tok
+    owned = tok.sum(-1, keepdims=True) / cfg.model.top_k
+    return jnp.concatenate(
+        [tok, jnp.broadcast_to(owned, (*tok.shape[:-1], cfg.shared_units))], axis=-1)
+
+
 def unit_order(cfg: FSEDPConfig, counts):
     """Position of each expert in Algorithm 1's list E_sorted, int [E] (E when inactive).
 
@@ -107,7 +122,7 @@ def unit_order(cfg: FSEDPConfig, counts):
     takes positions 2u (its hot expert) and 2u + 1 (its cold one; the middle expert of an
     odd count is alone at 2u). Otherwise the rank of the expert id among active experts.
     """
-    e = cfg.model.num_experts
+    e = counts.shape[-1]  # routed experts, then the streamed shared units
     active = counts > 0
     n_act = active.sum()
     if cfg.paired_load:
@@ -161,7 +176,7 @@ def d2d_flows(cfg: FSEDPConfig, member, w):
 
 
 def d2d_resources(cfg: FSEDPConfig) -> int:
-    """Number of D2D resources: one per die (sender) or per directed link (link)."""
+    """Number of D2D resources: one per die (sender, die) or per directed link (link)."""
     return cfg.topo.num_links if cfg.d2d == "link" else cfg.num_devices
 
 
@@ -172,12 +187,28 @@ def out_links(cfg: FSEDPConfig) -> np.ndarray:
     return one.sum(1).clip(0, 1).astype(np.float32)
 
 
+def with_transfer_overhead(cfg: FSEDPConfig, hw: Hardware, m) -> Hardware:
+    """`hw` with DDR and D2D bandwidths lowered by the per-transfer overhead.
+
+    000 §IV: finer micro-slices raise the "per-transfer header cost". Every micro-slice a
+    die loads or forwards costs `cfg.xfer_overhead_s` on that DDR channel or link, on top
+    of its bytes / bandwidth: W / M bytes take W / (M bw) + x, i.e. each byte takes
+    1 / bw + x M / W. Zero overhead returns `hw` unchanged.
+    """
+    if cfg.xfer_overhead_s <= 0:
+        return hw
+    per_byte = cfg.xfer_overhead_s * m / cfg.model.expert_weight_bytes
+    return hw._replace(ddr_Bps=1.0 / (1.0 / hw.ddr_Bps + per_byte),
+                       link_Bps=1.0 / (1.0 / hw.link_Bps + per_byte))
+
+
 def expert_demands(cfg: FSEDPConfig, m, tok, hw: Hardware | None = None):
     """Static per-expert quantities of one layer (see module docstring).
 
     Returns member [E, D] bool, comp_s [E, D], ddr_s [E, D] (even shares), send_s [E, R]
     (R = dies under "sender" D2D accounting, directed links under "link"),
-    drain_s [E] (pipeline latency without the fill), fill_s scalar (one micro-slice's load).
+    drain_s [E] (pipeline latency without the fill), fill_s scalar (one micro-slice's load),
+    stage_s [E] (the longest compute / D2D stage of one micro-slice; see `pipeline_tail`).
     """
     hw = hardware_of(cfg) if hw is None else hw
     mod = cfg.model
@@ -187,19 +218,36 @@ def expert_demands(cfg: FSEDPConfig, m, tok, hw: Hardware | None = None):
     n_t = memf.sum(-1)
     safe_n = jnp.maximum(n_t, 1.0)
     hops = ring_successor_hops(cfg, member)
-    comp = tok.T * mod.expert_flops_per_token / cfg.peak_flops + memf * m * cfg.ctrl_overhead_s
+    comp = tok.T * mod.expert_flops_per_token / cfg.peak_flops + memf * m * hw.ctrl_overhead_s
     ddr = memf * (w / safe_n)[:, None] / hw.ddr_Bps
     flows = d2d_flows(cfg, member, w)  # [E, D, D]
     if cfg.d2d == "link":  # every link on the XY route carries the flow once
         send = cfg.topo.link_loads(flows) / hw.link_Bps
+    elif cfg.d2d == "die":  # per-die UCIe budget: a die's out-links share link_Bps
+        send = cfg.topo.link_loads(flows) @ jnp.asarray(out_links(cfg).T) / hw.link_Bps
     else:  # the sender's one D2D resource pays bytes x hops
         send = (flows * jnp.asarray(cfg.topo.hops, jnp.float32)).sum(-1) / hw.link_Bps
     w_ms = w / m
     # Rule 1: the last micro-slice passes |T_e| - 1 successors, one compute each.
-    per_ms = tok.T * mod.expert_flops_per_token / cfg.peak_flops / m + memf * cfg.ctrl_overhead_s
+    per_ms = tok.T * mod.expert_flops_per_token / cfg.peak_flops / m + memf * hw.ctrl_overhead_s
     drain = (jnp.maximum(n_t - 1.0, 0.0) * w_ms / hw.link_Bps
              + (hops.sum(-1) - hops.max(-1)) * cfg.hop_latency_s + per_ms.max(-1))
-    return member, comp, ddr, send, drain, w_ms / hw.ddr_Bps
+    stage = jnp.maximum(per_ms.max(-1), jnp.where(n_t > 1, w_ms / hw.link_Bps, 0.0))
+    return member, comp, ddr, send, drain, w_ms / hw.ddr_Bps, stage
+
+
+def pipeline_tail(drain, fill, stage):
+    """Time after a stream ends until its last micro-slice is done.
+
+    A pipeline of M micro-slices takes the sum of one micro-slice's stages plus (M - 1) x
+    its longest stage. The fluid stream already lasts M x its bottleneck, so the tail is
+    the stages of one micro-slice (fill + D2D chain + compute = `fill + drain`) less the
+    longest of them. Before issue 14 the fill was added in full after a DDR-bound stream,
+    which counted the first micro-slice's load twice; more control overhead then made a
+    layer faster (the stream turned compute-bound, freed DDR bandwidth pre-loaded the next
+    expert's first micro-slice, and the double-counted fill vanished).
+    """
+    return drain + fill - jnp.maximum(fill, stage)
 
 
 @struct.dataclass
@@ -251,13 +299,14 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
     hw = hardware_of(cfg) if hw is None else hw
     d_n = cfg.num_devices
     w = cfg.model.expert_weight_bytes
-    ddr_Bps = hw.ddr_Bps
     m = jnp.asarray(m, jnp.float32)
+    hw = with_transfer_overhead(cfg, hw, m)
+    ddr_Bps = hw.ddr_Bps
     counts = counts * (tok > 0).any(0)
     pos = unit_order(cfg, counts)  # Algorithm 1 order (paired-load: hot, cold, hot, ...)
     e_n = tok.shape[-1]
     by_pos = jnp.argsort(pos)  # expert at each position of E_sorted (active ones first)
-    member, comp, _, send, drain, fill = expert_demands(cfg, m, tok, hw)
+    member, comp, _, send, drain, fill, stage = expert_demands(cfg, m, tok, hw)
     # [D, E] inside the event loop (see LayerState)
     member, comp, send = member.T, comp.T, send.T  # send [R, E]
     memf = member.astype(jnp.float32)
@@ -294,7 +343,7 @@ def simulate_layer(cfg: FSEDPConfig, m, tok, counts, timeline: bool = False,
             ddr = frac * jnp.maximum(w - pre_tot, 0.0)[None, :] / ddr_Bps
             st = st.replace(ddr_s=jnp.where(start_e[None, :], ddr, st.ddr_s))
         # without Rule 5 the DDR load is pooled over T_e, split at every event (`step`)
-        pipe = drain + jnp.where(pre_tot >= w_ms, 0.0, fill)
+        pipe = pipeline_tail(drain, jnp.where(pre_tot >= w_ms, 0.0, fill), stage)
         return st.replace(
             status=jnp.where(start_e, STREAMING, st.status),
             ddr_total_s=jnp.where(start_e, jnp.maximum(w - pre_tot, 0.0) / ddr_Bps,
@@ -461,17 +510,18 @@ def naive_layer(cfg: FSEDPConfig, tok, counts, hw: Hardware | None = None):
     succ = np.argsort(pos)[(pos + 1) % d]
     ring_hops = float(np.max(cfg.topo.hops[np.arange(d), succ])) if d > 1 else 0.0
     slice_b = w / d
-    xfer = slice_b / hw.link_Bps + ring_hops * cfg.hop_latency_s
-    comp_phase = even * mod.expert_flops_per_token / d / cfg.peak_flops + cfg.ctrl_overhead_s
+    xfer = slice_b / hw.link_Bps + ring_hops * cfg.hop_latency_s + cfg.xfer_overhead_s
+    comp_phase = (even * mod.expert_flops_per_token / d / cfg.peak_flops
+                  + hw.ctrl_overhead_s)
     circ = d * jnp.maximum(comp_phase, xfer if d > 1 else 0.0)
-    load = slice_b / hw.ddr_Bps
+    load = slice_b / hw.ddr_Bps + cfg.xfer_overhead_s
     # double buffering needs two slices on chip; without room, load and circulation serialize
     double = 2.0 * slice_b <= hw.weight_buffer_bytes
     per_expert = active * (a2a + jnp.where(double, jnp.maximum(circ, load), circ + load))
     latency = load * (active.sum() > 0) + per_expert.sum()
     comp_total = active * even * mod.expert_flops_per_token / cfg.peak_flops
     busy = jnp.stack([
-        jnp.broadcast_to(comp_total.sum() + active.sum() * d * cfg.ctrl_overhead_s, (d,)),
+        jnp.broadcast_to(comp_total.sum() + active.sum() * d * hw.ctrl_overhead_s, (d,)),
         jnp.broadcast_to(active.sum() * load, (d,)),
         jnp.broadcast_to(active.sum() * (d - 1) * slice_b / hw.link_Bps, (d,)),
     ], axis=-1)

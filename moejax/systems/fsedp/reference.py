@@ -54,9 +54,23 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
     reserve = slot  # room for one more starting expert
 
     # per-expert demands (layer.expert_demands); D2D resources: dies ("sender") or links
+    # per-transfer overhead (layer.with_transfer_overhead): x per micro-slice of W / M bytes
+    ddr_bps, link_bps = cfg.ddr_Bps, cfg.link_Bps
+    if cfg.xfer_overhead_s > 0:
+        ddr_bps = 1.0 / (1.0 / ddr_bps + cfg.xfer_overhead_s * m / w)
+        link_bps = 1.0 / (1.0 / link_bps + cfg.xfer_overhead_s * m / w)
     link_mode = cfg.d2d == "link"
-    inc = cfg.topo.incidence() if link_mode else None
+    die_mode = cfg.d2d == "die"  # links on the route, charged to the die each leaves
+    inc = cfg.topo.incidence() if (link_mode or die_mode) else None
     r_n = cfg.topo.num_links if link_mode else d_n
+    link_src = {}  # directed link -> the die it leaves (its single-hop route)
+    if die_mode:
+        for x in range(d_n):
+            for y in range(d_n):
+                if hops_tab[x, y] == 1:
+                    for lk in range(cfg.topo.num_links):
+                        if inc[x, y, lk]:
+                            link_src[lk] = x
     comp, share, hops = {}, {}, {}
     send = [[0.0] * r_n for _ in range(e_n)]
     active = [n_t[e] > 0 for e in range(e_n)]
@@ -69,11 +83,16 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
         if link_mode:
             for lk in range(r_n):
                 if inc[src, dst, lk]:
-                    send[e][lk] += nbytes / cfg.link_Bps
+                    send[e][lk] += nbytes / link_bps
+        elif die_mode:
+            for lk in range(cfg.topo.num_links):
+                if inc[src, dst, lk]:
+                    send[e][link_src[lk]] += nbytes / link_bps
         else:
-            send[e][src] += nbytes * float(hops_tab[src, dst]) / cfg.link_Bps
+            send[e][src] += nbytes * float(hops_tab[src, dst]) / link_bps
 
     drain = [0.0] * e_n
+    stage = [0.0] * e_n  # longest compute / D2D stage of one micro-slice (pipeline max)
     for e in range(e_n):
         n = max(n_t[e], 1)
         for d in range(d_n):
@@ -97,9 +116,10 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
         hs = [hops[e, d] for d in range(d_n)]
         per_ms = max(tok[d, e] * f_tok / cfg.peak_flops / m
                      + (cfg.ctrl_overhead_s if member[e][d] else 0.0) for d in range(d_n))
-        drain[e] = (max(n_t[e] - 1, 0) * w_ms / cfg.link_Bps
+        drain[e] = (max(n_t[e] - 1, 0) * w_ms / link_bps
                     + (sum(hs) - max(hs)) * cfg.hop_latency_s + per_ms)
-    fill = w_ms / cfg.ddr_Bps
+        stage[e] = max(per_ms, w_ms / link_bps if n_t[e] > 1 else 0.0)
+    fill = w_ms / ddr_bps
 
     status = [PENDING if n_t[e] > 0 else DONE for e in range(e_n)]
     prog = [0.0] * e_n
@@ -128,14 +148,18 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
             free = [max(cap - occ[d], 0.0) + 1e-30 if loader[e][d] else 0.0
                     for d in range(d_n)]
             tot = sum(free)
-            ddr = [free[d] / tot * max(w - pre_tot, 0.0) / cfg.ddr_Bps for d in range(d_n)]
+            ddr = [free[d] / tot * max(w - pre_tot, 0.0) / ddr_bps for d in range(d_n)]
         else:
             ddr = [0.0] * d_n  # pooled (Rule 4): split at every event below
-        ddr_total[e] = max(w - pre_tot, 0.0) / cfg.ddr_Bps
+        ddr_total[e] = max(w - pre_tot, 0.0) / ddr_bps
         for d in range(d_n):
             dem[e, d] = (comp[e, d], ddr[d])
             pre[e, d] = 0.0
-        pipe[e] = drain[e] + (0.0 if pre_tot >= w_ms else fill)
+        # pipeline of M micro-slices = sum of one micro-slice's stages + (M - 1) x the
+        # longest stage; the stream (M x its bottleneck) holds one of them already
+        # (layer.pipeline_tail)
+        f = 0.0 if pre_tot >= w_ms else fill
+        pipe[e] = drain[e] + f - max(f, stage[e])
         status[e] = STREAMING
         prog[e] = 0.0
 
@@ -205,12 +229,12 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
         for d, e in target.items():
             n_tgt = sum(1 for x in target.values() if x == e)
             room = max(cap - reserve - occ[d], 0.0)
-            left = max(1.0 - usage[d][1], 0.0) * cfg.ddr_Bps * dt
+            left = max(1.0 - usage[d][1], 0.0) * ddr_bps * dt
             add = max(min(left, left_e[e] / n_tgt, room), 0.0)
             adds.append((e, d, add))
         for e, d, add in adds:
             pre[e, d] += add
-            busy[d][1] += add / cfg.ddr_Bps
+            busy[d][1] += add / ddr_bps
         for d in range(d_n):
             for k in range(3):
                 busy[d][k] += usage[d][k] * dt
@@ -235,3 +259,69 @@ def simulate_layer(cfg: FSEDPConfig, m: float, tok) -> dict:
         "peak_weight_bytes": np.asarray(peak),
         "finished": all(s == DONE for s in status),
     }
+
+
+def plan_iterations(cfg: FSEDPConfig, iterations) -> list[dict]:
+    """Reference of `buffering.plan_iteration` in hard mode, Algorithm 2 (000 §V-A) as loops.
+
+    iterations: per iteration (tok_r [R][L][D][E] fresh tokens per request, size_r [R]).
+    Returns per iteration {"tok_l" [L, D, E], "done", "deferred"}. A request holds at most
+    one paused pass: it resumes from the layer it stopped at in the next iteration; with
+    `cfg.refill` its slot also runs a fresh pass (and cannot defer again that iteration),
+    without it its new tokens wait.
+    """
+    n_thr = max(1, int(round(1.0 / cfg.slack)))
+    r_n = cfg.num_requests
+    qos, cfw = [0.0] * r_n, [0.0] * r_n
+    paused_at = [None] * r_n
+    carry = [None] * r_n
+    carry_tok = [0.0] * r_n
+    out = []
+    for tok_r, size_r in iterations:
+        tok_r = np.asarray(tok_r, np.float64)
+        n_l = tok_r.shape[1]
+        fresh = [size_r[r] > 0 and (cfg.refill or paused_at[r] is None) for r in range(r_n)]
+        for r in range(r_n):  # lines 2-5: a buffering opportunity every N_threshold passes
+            if cfw[r] >= n_thr:
+                qos[r] += 1.0
+                cfw[r] = 0.0
+        f = [1.0 if fresh[r] else 0.0 for r in range(r_n)]
+        g = [0.0] * r_n
+        dfr_at = [None] * r_n  # (layer, which pass) deferred this iteration
+        tok_l = np.zeros(tok_r.shape[1:])
+        deferred = 0.0
+        for lyr in range(n_l):
+            for r in range(r_n):
+                if paused_at[r] == lyr:
+                    g[r] = 1.0
+            live = [f[r] * tok_r[r, lyr] + (g[r] * carry[r][lyr] if g[r] else 0.0)
+                    for r in range(r_n)]
+            n_e = sum(x.sum(0) for x in live)  # [E]
+            for r in range(r_n):
+                if f[r] + g[r] == 0:
+                    continue
+                used = (f[r] * tok_r[r, lyr]).sum(0) > 0
+                if g[r]:
+                    used = used | (carry[r][lyr].sum(0) > 0)
+                if not used.any() or n_e[used].min() >= cfg.theta_min:
+                    continue  # lines 6-7: no cold expert (fewer than theta_min tokens)
+                if qos[r] < 1.0 or (cfg.refill and paused_at[r] is not None):
+                    continue  # line 8: no timer left (or the slot holds a paused pass)
+                qos[r] -= f[r] + g[r]
+                dfr_at[r] = (lyr, "fresh" if f[r] else "resumed")
+                deferred += f[r] + g[r]
+                f[r] = g[r] = 0.0
+            for r in range(r_n):
+                tok_l[lyr] += f[r] * tok_r[r, lyr] + (g[r] * carry[r][lyr] if g[r] else 0.0)
+        done = sum(f[r] * size_r[r] + g[r] * carry_tok[r] for r in range(r_n))
+        for r in range(r_n):
+            cfw[r] += f[r] + g[r]
+            if dfr_at[r] is None:
+                paused_at[r], carry[r], carry_tok[r] = None, None, 0.0
+            else:
+                lyr, which = dfr_at[r]
+                if which == "fresh":
+                    carry[r], carry_tok[r] = tok_r[r], float(size_r[r])
+                paused_at[r] = lyr
+        out.append({"tok_l": tok_l, "done": float(done), "deferred": deferred})
+    return out

@@ -20,14 +20,23 @@ from moejax.systems import ep
 from moejax.systems.fsedp import buffering
 from moejax.systems.fsedp.config import (
     ABLATIONS,
+    D2D_ACCOUNTING,
+    DDR_LOADING,
     DEFAULT_CTRL_OVERHEAD_S,
+    SHARED,
     FSEDPConfig,
     FSEDPParams,
     check_microslices,
     make_config,
     min_microslices,
 )
-from moejax.systems.fsedp.layer import hardware_of, moe_layer, token_owner, tokens_per_die
+from moejax.systems.fsedp.layer import (
+    hardware_of,
+    moe_layer,
+    token_owner,
+    tokens_per_die,
+    with_shared,
+)
 from moejax.trace import Trace
 
 
@@ -91,6 +100,7 @@ def build(cfg: FSEDPConfig, num_iterations: int, num_layers: int | None = None) 
         else:
             tok_l = jax.vmap(lambda i, c: tokens_per_die(cfg, i, mask, c))(ids, counts)
             done_tok, deferred, buf = n_tokens, jnp.float32(0.0), state.buf
+        tok_l = with_shared(cfg, tok_l)  # shared experts streamed as extra units
         hw = hardware_of(cfg, params)  # FSEDPParams bandwidths / buffer (§VI-D sweeps)
         # layers in sequence (lax.map), each vmapped over traces by the runner: a nested
         # [T, L] vmap ran the event scan 2x slower on CPU at L = 1 (benchmarks/bench_fsedp.py)
@@ -156,8 +166,11 @@ def _read_options(t):
         num_requests=t.int("num_requests", 4, lo=1),
         weight_buffer_bytes=t.float("weight_buffer_bytes", 0.0, positive=False),
         ctrl_overhead_s=t.float("ctrl_overhead_s", DEFAULT_CTRL_OVERHEAD_S, positive=False),
-        ddr_loading=t.str("ddr_loading", "trajectory", choices=("trajectory", "any")),
-        d2d=t.str("d2d", "sender", choices=("sender", "link")),
+        ddr_loading=t.str("ddr_loading", "any", choices=DDR_LOADING),
+        d2d=t.str("d2d", "link", choices=D2D_ACCOUNTING),
+        xfer_overhead_s=t.float("xfer_overhead_s", 0.0, positive=False),
+        shared=t.str("shared", "stream", choices=SHARED),
+        refill=t.bool("refill", True),
     )
     m = t.float("num_microslices", 8.0, lo=1.0)
     auto = t.bool("raise_microslices_to_fit", True)
