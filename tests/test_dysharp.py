@@ -36,7 +36,8 @@ SYSTEMS = [  # every primitive and schedule once (compiles dominate the test tim
     ("unicast_pair", "fine", {"comm_sms": 10, "notify": True}),  # comm below saturation
     ("dymultimem", "fused", {}),
     ("explicit", "fused", {"combine": "per_expert", "phase": "training", "tokens_per_gpu": 512,
-                           "tile_tokens": 32}),  # a tile below WGMMA_M rows
+                           "tile_tokens": 32,  # a tile below WGMMA_M rows
+                           "adaptive_comm_sms": (4, 12, 20)}),  # COMET's per-shape split
 ]
 
 
@@ -304,15 +305,13 @@ def test_tune_dysharp_placement_and_knob_errors(tmp_path):
     from moejax.tune import TuneConfig, tune
 
     cfg = TuneConfig(system="dysharp", hardware="gh200-nvl4", model="dysharp-s",
-                     policy="dysharp", params=("placement", "tile_tokens"), steps=3,
-                     traces=4, batch=2, eval_traces=4, tokens=16, iterations=1, layers=1,
-                     every=3, trace_gen="powerlaw:alpha=1.2")
+                     policy="dysharp", params=("placement",), steps=2, traces=2, batch=1,
+                     eval_traces=2, tokens=8, iterations=1, layers=1, every=2)
     res = tune(cfg, tmp_path / "ck", progress=False)
     ids = np.asarray(res.hard["placement"])
     e = load_model("dysharp-s").num_experts
     assert ids.shape == (e,) and np.bincount(ids, minlength=4).max() <= e // 4
-    assert 16 <= res.hard["tile_tokens"] <= 256
-    assert {"tuned", "default", "contiguous", "grid tile_tokens=128"} <= set(res.evaluation)
+    assert {"tuned", "default", "contiguous", "greedy-balanced"} <= set(res.evaluation)
     assert all(math.isfinite(r["latency_ms"]["mean"]) for r in res.evaluation.values())
     for policy, param in (("deepep", "comm_sms"), ("comet", "chunks")):
         with pytest.raises(ConfigError, match=f"param {param}"):

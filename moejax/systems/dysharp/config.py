@@ -69,6 +69,9 @@ class DyConfig:
       (`comm_rate`), more leave fewer SMs to the GEMMs (`gemm_share`).
     notify: a metadata exchange (token counts, two barriers) before each forward dispatch
       (DeepEP's notify_dispatch; software all-to-alls exchange split sizes the same way).
+    adaptive_comm_sms: candidate comm SM counts; each pass takes the fastest (COMET's
+      adaptive workload assignment, Zhang et al. MLSys'25 §3.3: the comm / compute thread
+      block split is chosen per input shape); empty: the fixed `comm_sms`.
     """
 
     platform: Platform
@@ -85,6 +88,7 @@ class DyConfig:
     comm_bytes_per_element: float = 2.0  # spec §7.2: BF16 dispatch and combine
     nvls_self_copy: bool = False  # spec §7.11
     notify: bool = False
+    adaptive_comm_sms: tuple[int, ...] = ()
     name: str = "dysharp"
 
     @property
@@ -169,6 +173,10 @@ def make_config(platform: Platform, model: ModelSpec, **kw) -> DyConfig:
     if cfg.primitive in IN_SWITCH and not platform.topology.in_switch_compute:
         raise ConfigError(f"primitive = {cfg.primitive!r} needs in-switch compute, which "
                           f"hardware {platform.name} lacks (topology.in_switch_compute = false)")
+    if any(int(c) != c or not 1 <= c < platform.device.sm_count
+           for c in cfg.adaptive_comm_sms):
+        raise ConfigError(f"adaptive_comm_sms = {list(cfg.adaptive_comm_sms)}; allowed: ints "
+                          f"in 1 .. {platform.device.sm_count - 1}")
     if not cfg.chunks or any(int(c) != c or c < 1 for c in cfg.chunks):
         raise ConfigError(f"chunks = {list(cfg.chunks)}; allowed: a non-empty list of ints >= 1")
     if cfg.tile_tokens < 1:

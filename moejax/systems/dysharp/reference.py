@@ -7,6 +7,7 @@ applies the schedule rules of `schedule.py` with Python `max`. Same rules, no JA
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -106,7 +107,16 @@ def gemm_times_s(cfg: DyConfig, tokens_de):
 
 
 def layer_time_s(cfg: DyConfig, wire, x1, x2):
-    """Schedule rules of `schedule.layer_time_s` on Python floats: (latency, comm, gemm)."""
+    """Schedule rules of `schedule.layer_time_s` on Python floats: (latency, comm, gemm);
+    with `adaptive_comm_sms`, the fastest of the candidate comm SM counts."""
+    if cfg.adaptive_comm_sms:
+        runs = [_layer_time_s(dataclasses.replace(cfg, comm_sms=n), wire, x1, x2)
+                for n in cfg.adaptive_comm_sms]
+        return min(runs, key=lambda r: r[0])
+    return _layer_time_s(cfg, wire, x1, x2)
+
+
+def _layer_time_s(cfg: DyConfig, wire, x1, x2):
     rate = min(1.0, cfg.comm_sms / COMM_SMS) if cfg.schedule in ("fine", "fused") else 1.0
     bw, lat = cfg.platform.topology.link_Bps * rate, cfg.latency_s
     eta = packet.payload_efficiency(cfg.platform, cfg.primitive, cfg.model.top_k)

@@ -142,25 +142,40 @@ def _layer(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale, t
     g = cfg.num_devices
     place = params.placement.astype(jnp.float32)
     eta = efficiency(cfg)
-    sms = cfg.comm_sms if params.comm_sms is None else params.comm_sms
     tile_rows = cfg.tile_tokens if params.tile_tokens is None else params.tile_tokens
     chunks = cfg.chunks if params.chunks is None else params.chunks
-    share = cfg.gemm_share if params.comm_sms is None else gemm_share_of(cfg, sms)
-    rate = 1.0 if params.comm_sms is None and cfg.comm_sms >= COMM_SMS else comm_rate_of(cfg,
-                                                                                         sms)
     link = cfg.platform.topology.link_Bps
-    bw = link * rate  # what the comm kernels drain ports at
     all_loads = port_loads * scale * cfg.token_bytes  # [5, 4, G] payload bytes
     loads = all_loads[traffic.load_index(cfg.primitive, cfg.combine)]
     wire = loads / eta
     tau_s = tau * cfg.latency_s  # dimensionless tau -> seconds
     tokens_de = (counts[:, None] * place).T * scale  # [G, E]
     x1, x2 = gemm_times_s(cfg, tokens_de, tau, tau_s, tile_rows)
-    tile = tile_terms(cfg, eta, tile_rows, share, rate)
+
+    def pass_at(gemm_factor, sms):
+        """One pass (forward or backward) with `sms` comm SMs (None: the config's)."""
+        if sms is None:
+            share, rate = cfg.gemm_share, (1.0 if cfg.comm_sms >= COMM_SMS
+                                           else comm_rate_of(cfg, cfg.comm_sms))
+        else:
+            share, rate = gemm_share_of(cfg, sms), comm_rate_of(cfg, sms)
+        tile = tile_terms(cfg, eta, tile_rows, share, rate)
+        return schedule.layer_time_s(cfg.schedule, wire, gemm_factor * x1, gemm_factor * x2,
+                                     link * rate, cfg.latency_s, share, chunks, tile, tau_s)
 
     def one_pass(gemm_factor):
-        return schedule.layer_time_s(cfg.schedule, wire, gemm_factor * x1, gemm_factor * x2,
-                                     bw, cfg.latency_s, share, chunks, tile, tau_s)
+        if params.comm_sms is not None:
+            return pass_at(gemm_factor, params.comm_sms)
+        if not cfg.adaptive_comm_sms:
+            return pass_at(gemm_factor, None)
+        # COMET's adaptive split: the best of its candidate SM counts for this pass's shape
+        runs = [pass_at(gemm_factor, jnp.float32(n)) for n in cfg.adaptive_comm_sms]
+        lat = jnp.stack([r["latency_s"] for r in runs])
+        best = relax.min(lat, tau_s, axis=0)
+        pick = jax.nn.one_hot(jnp.argmin(lat), len(runs))  # which split, for comm / gemm
+        return {"latency_s": best,
+                **{k: (jnp.stack([r[k] for r in runs]) * pick).sum() for k in
+                   ("comm_s", "gemm_s")}}
 
     fwd = one_pass(1.0)
     t_notify = notify_time_s(cfg)
@@ -279,6 +294,14 @@ def _chunks(t) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _int_list(t, key: str) -> tuple[int, ...]:
+    value = t._get(key, [], False)
+    value = value if isinstance(value, list) else [value]
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in value):
+        raise ConfigError(f"{t.where}: key {key!r} = {value!r}; allowed: a list of ints >= 1")
+    return tuple(value)
+
+
 def _read_options(t, platform: Platform | None = None, model: ModelSpec | None = None):
     opts = dict(
         primitive=t.str("primitive", "dymultimem", choices=PRIMITIVES),
@@ -290,6 +313,7 @@ def _read_options(t, platform: Platform | None = None, model: ModelSpec | None =
         tile_tokens=t.int("tile_tokens", 128, lo=1),
         tokens_per_gpu=t.int("tokens_per_gpu", 0, lo=0),
         notify=t.bool("notify", False),
+        adaptive_comm_sms=_int_list(t, "adaptive_comm_sms"),
         name=t.str("label", "dysharp"),
     )
     placement = t._get("placement", "contiguous", False)
