@@ -45,7 +45,7 @@ def compare(cfgs: tuple[DyConfig, ...]):
     def one(placement, ids, mask, counts, tokens_per_gpu, tile_tokens=None):
         params = DyParams(placement=placement, tau=0.0, tile_tokens=tile_tokens)  # hard mode
         n_real = (mask & (ids >= 0).any(-1)).sum().astype(jnp.float32)
-        loads = traffic.port_loads(ids, mask, placement)
+        loads = traffic.port_loads(ids, mask, placement, exact=True)
         scale = tokens_per_gpu * g / jnp.maximum(n_real, 1.0)
         return {cfg.name: system.layer_from_loads(cfg, params, loads, counts, n_real, scale)
                 for cfg in cfgs}

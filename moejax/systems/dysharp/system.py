@@ -124,7 +124,8 @@ def moe_layer(cfg: DyConfig, params: DyParams, expert_ids, token_mask, counts):
     expert). Times in seconds, bytes per GPU port at `tokens_per_gpu` scale."""
     place = params.placement.astype(jnp.float32)
     n_real = (token_mask & (expert_ids >= 0).any(-1)).sum().astype(jnp.float32)
-    loads = traffic.port_loads(expert_ids, token_mask, place, cfg.nvls_self_copy)
+    loads = traffic.port_loads(expert_ids, token_mask, place, cfg.nvls_self_copy,
+                               exact=jnp.asarray(params.tau) <= 0)
     return layer_from_loads(cfg, params, loads, counts, n_real, token_scale(cfg, n_real))
 
 
