@@ -53,6 +53,10 @@ PLATFORM_NAMES = [
     # 004
     "gh200-nvl32",
     "gh200-nvl64",
+    "gh200-nvl4",  # Fig. 21 scale points
+    "gh200-nvl8",
+    "gh200-nvl16",
+    "dgx-h100",  # Fig. 29
 ]
 
 
@@ -199,9 +203,9 @@ def test_every_platform_loads(name):
     assert p.device.memory_Bps > 0 and p.topology.link_Bps > 0
 
 
-def test_platform_names_contain_all_17():
+def test_platform_names_contain_all_21():
     names = platform_names()
-    assert len(PLATFORM_NAMES) == 17
+    assert len(PLATFORM_NAMES) == 21
     assert set(PLATFORM_NAMES) <= set(names)
 
 

@@ -31,10 +31,13 @@ RANK, DYN, PAIR, NVLS = (traffic.LOAD_KINDS.index(k) for k in
 
 # (primitive, schedule, extra) of the twelve catalog policies, small shapes
 SYSTEMS = [  # every primitive and schedule once (compiles dominate the test time)
-    ("unicast_rank", "serial", {}), ("nvls", "serial", {}),
-    ("unicast_pair", "coarse", {"chunks": (1, 2, 4, 8)}), ("unicast_pair", "fine", {}),
+    ("unicast_rank", "serial", {"notify": True}), ("nvls", "serial", {}),
+    ("unicast_pair", "coarse", {"chunks": (1, 2, 4, 8)}),
+    ("unicast_pair", "fine", {"comm_sms": 10, "notify": True}),  # comm below saturation
     ("dymultimem", "fused", {}),
-    ("explicit", "fused", {"combine": "per_expert", "phase": "training", "tokens_per_gpu": 512}),
+    ("explicit", "fused", {"combine": "per_expert", "phase": "training", "tokens_per_gpu": 512,
+                           "tile_tokens": 32,  # a tile below WGMMA_M rows
+                           "adaptive_comm_sms": (4, 12, 20)}),  # COMET's per-shape split
 ]
 
 
@@ -219,7 +222,7 @@ def test_eplb_placement_conserves_tokens(setup, layer_fns):
     phy2log, _, _ = eplb.rebalance(counts, E + G, 1, 1, G)
     shares = np.asarray(slots.layout_shares(phy2log, E, G))  # [L, E, G]
     assert (shares > 0).sum() > E * 2  # replicas present
-    _, fn = layer_fns[("unicast_rank", "serial", ())]
+    _, fn = layer_fns[("unicast_rank", "serial", (("notify", True),))]
     for layer in range(2):
         out = fn(DyParams(placement=jnp.asarray(shares[layer])), traces.expert_ids[0, 0, layer],
                  traces.token_mask[0, 0], traces.counts[0, 0, layer])
@@ -270,3 +273,48 @@ def test_relaxed_gradient_matches_finite_differences(setup):
     _, g = val_grad(a)
     fd = (val_grad(a + h)[0] - val_grad(a - h)[0]) / (2 * h)
     assert float(g) == pytest.approx(float(fd), rel=0.05, abs=1e-3)
+
+
+# --- tuning (moejax tune --system dysharp) -------------------------------------------------
+
+
+def test_traced_knobs_equal_config_knobs(setup, layer_fns):
+    """comm_sms / tile_tokens / chunks as traced DyParams fields (what tuning sets) give the
+    config's hard-mode layer exactly; fewer comm SMs slow an overlapped schedule's comm."""
+    _, _, traces = setup
+    args = (traces.expert_ids[0, 0, 0], traces.token_mask[0, 0], traces.counts[0, 0, 0])
+    place = jnp.asarray(contiguous_placement(E, G))
+    cfg, fn = layer_fns[("unicast_pair", "fine", (("comm_sms", 10), ("notify", True)))]
+    base = make_config(cfg.platform, cfg.model, primitive="unicast_pair", schedule="fine",
+                       notify=True)  # comm_sms 20: ports at the full link rate
+    knobs = jax.jit(lambda p, i, m, c: dys.moe_layer(base, p, i, m, c))
+    got = knobs(DyParams(placement=place, comm_sms=jnp.float32(10.0),
+                         tile_tokens=jnp.float32(128.0)), *args)
+    want = fn(DyParams(placement=place), *args)
+    assert float(got["latency_s"]) == pytest.approx(float(want["latency_s"]), rel=1e-6)
+    full = knobs(DyParams(placement=place, comm_sms=jnp.float32(20.0),
+                          tile_tokens=jnp.float32(128.0)), *args)
+    assert float(full["comm_s"]) < float(got["comm_s"])
+
+
+def test_tune_dysharp_placement_and_knob_errors(tmp_path):
+    """A short `tune` run of the DySHARP target: a valid hard placement within capacity, a
+    held-out evaluation beside contiguous placement; knobs a schedule lacks are one-line
+    ConfigErrors naming the param."""
+    from moejax.errors import ConfigError
+    from moejax.tune import TuneConfig, tune
+
+    cfg = TuneConfig(system="dysharp", hardware="gh200-nvl4", model="dysharp-s",
+                     policy="dysharp", params=("placement",), steps=2, traces=2, batch=1,
+                     eval_traces=2, tokens=8, iterations=1, layers=1, every=2)
+    res = tune(cfg, tmp_path / "ck", progress=False)
+    ids = np.asarray(res.hard["placement"])
+    e = load_model("dysharp-s").num_experts
+    assert ids.shape == (e,) and np.bincount(ids, minlength=4).max() <= e // 4
+    assert {"tuned", "default", "contiguous", "greedy-balanced"} <= set(res.evaluation)
+    assert all(math.isfinite(r["latency_ms"]["mean"]) for r in res.evaluation.values())
+    for policy, param in (("deepep", "comm_sms"), ("comet", "chunks")):
+        with pytest.raises(ConfigError, match=f"param {param}"):
+            tune(TuneConfig(system="dysharp", hardware="gh200-nvl4", model="dysharp-s",
+                            policy=policy, params=(param,), steps=1, traces=2, batch=1,
+                            eval_traces=2, tokens=8), tmp_path / policy, progress=False)

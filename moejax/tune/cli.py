@@ -14,7 +14,7 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u = sub.add_parser("tune", help="tune a system's parameters by gradient descent (optax), "
                        "with orbax checkpoints")
     u.add_argument("--system", default="ep",
-                   help="system key (tunable: ep, fsedp, wafer, epsmoe)")
+                   help="system key (tunable: ep, fsedp, wafer, epsmoe, dysharp)")
     u.add_argument("--hardware", default="chiplet-2x2")
     u.add_argument("--model", default="qwen3-30b-a3b")
     u.add_argument("--policy", default="",
@@ -25,7 +25,8 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
                    "replicated into --capacity slots per device, default E/D + 1, with learned "
                    "token shares); wafer: placement, alpha, "
                    "shadow_slots (alone, --relaxation lattice); "
-                   "aep: decay; epsmoe: pn, switch_rows, sm_comm; fsedp: "
+                   "aep: decay; epsmoe: pn, switch_rows, sm_comm; "
+                   "dysharp: placement, comm_sms, tile_tokens, chunks; fsedp: "
                    "num_microslices, theta_min, slack, and the hardware knobs "
                    "weight_buffer_bytes, ddr_Bps, link_Bps)")
     u.add_argument("--steps", type=positive_int, default=200)
@@ -58,7 +59,7 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u.add_argument("--train-fraction", type=float, default=0.5,
                    help="with --trace: share of the recording's iterations to train on")
     u.add_argument("--per-layer", action="store_true",
-                   help="ep: one placement per trace layer (as EPLB plans them)")
+                   help="ep, dysharp: one placement per trace layer (as EPLB plans them)")
     u.add_argument("--relaxation", default="expected",
                    help="expected | system | lattice (integer knobs: hard runs at the "
                    "integer neighbours) | smoothed (aep decay: Gaussian smoothing, "

@@ -85,7 +85,7 @@ class TuneConfig:
     # `train_fraction` of iterations train (one trace per iteration), the rest are held out
     trace: str = ""
     train_fraction: float = 0.5
-    per_layer: bool = False  # ep: one placement per trace layer
+    per_layer: bool = False  # ep, dysharp: one placement per trace layer
 
     def __post_init__(self):
         if self.loss not in LOSSES:

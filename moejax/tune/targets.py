@@ -438,18 +438,27 @@ def _epsmoe_setup(*args, **kw) -> Setup:
     return tuning.setup(*args, **kw)
 
 
+def _dysharp_setup(platform, model, policy, num_iterations, names, capacity=0, num_layers=0):
+    """DySHARP and its baselines (moejax.systems.dysharp.tuning)."""
+    from moejax.systems.dysharp import tuning
+
+    return tuning.setup(platform, model, policy, num_iterations, names, capacity, num_layers)
+
+
 TARGETS: dict[str, Target] = {
     "ep": Target("ep", ("placement", "replicas"), _ep_setup),
     "fsedp": Target("fsedp", ("num_microslices", "theta_min", "slack", "weight_buffer_bytes",
                               "ddr_Bps", "link_Bps"), _fsedp_setup),
     "wafer": Target("wafer", ("placement", "alpha", "shadow_slots"), _wafer_setup),
     "epsmoe": Target("epsmoe", ("pn", "switch_rows", "sm_comm"), _epsmoe_setup),
+    "dysharp": Target("dysharp", ("placement", "comm_sms", "tile_tokens", "chunks"),
+                      _dysharp_setup),
 }
 
 
 # the base policy of `moejax tune --system S` when no --policy is given
 DEFAULT_POLICY = {"ep": "ep", "fsedp": "fsedp", "wafer": "ep-baseline-map",
-                  "aep": "aep-defrag", "epsmoe": "epsmoe-tune"}
+                  "aep": "aep-defrag", "epsmoe": "epsmoe-tune", "dysharp": "dysharp"}
 
 
 def build_setup(policy, platform, model, num_iterations: int, names, capacity: int = 0,
@@ -468,8 +477,9 @@ def build_setup(policy, platform, model, num_iterations: int, names, capacity: i
         if n not in target.params:
             raise UnknownNameError(f"{target.system} parameter", n, target.params)
     if num_layers:
-        if target.system != "ep":
-            raise ConfigError(f"per-layer placements: ep only, not {target.system}")
+        if target.system not in ("ep", "dysharp"):
+            raise ConfigError(f"per-layer placements: ep and dysharp only, not "
+                              f"{target.system}")
         return target.build(platform, model, policy, num_iterations, names, capacity,
                             num_layers=num_layers)
     if budget is None:

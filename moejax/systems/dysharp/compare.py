@@ -37,18 +37,20 @@ def configs(platform: Platform, model: ModelSpec, names=ALL, **overrides) -> tup
 @functools.lru_cache(maxsize=64)
 def compare(cfgs: tuple[DyConfig, ...]):
     """jit(vmap) of (placement [E, G], ids [T, N, K], mask [T, N], counts [T, E],
-    tokens_per_gpu) -> {name: metrics with a leading [T] axis}."""
+    tokens_per_gpu, tile_tokens=None) -> {name: metrics with a leading [T] axis}.
+    tile_tokens: a traced tile height for every config (a tile sweep compiles once); None:
+    each config's own."""
     g = cfgs[0].num_devices
 
-    def one(placement, ids, mask, counts, tokens_per_gpu):
-        params = DyParams(placement=placement, tau=0.0)  # static hard mode
+    def one(placement, ids, mask, counts, tokens_per_gpu, tile_tokens=None):
+        params = DyParams(placement=placement, tau=0.0, tile_tokens=tile_tokens)  # hard mode
         n_real = (mask & (ids >= 0).any(-1)).sum().astype(jnp.float32)
-        loads = traffic.port_loads(ids, mask, placement)
+        loads = traffic.port_loads(ids, mask, placement, exact=True)
         scale = tokens_per_gpu * g / jnp.maximum(n_real, 1.0)
         return {cfg.name: system.layer_from_loads(cfg, params, loads, counts, n_real, scale)
                 for cfg in cfgs}
 
-    return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0, None)))
+    return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0, None, None)))
 
 
 def layers_of_traces(traces):

@@ -44,6 +44,15 @@ COMM_SMS = 20
 TARGETS_PER_FLIT = 8
 # Explicit addressing (004 §III-A): one 64-bit destination address per target (spec §7.6).
 EXPLICIT_ADDRESS_BYTES = 8
+# Hopper tensor cores: warpgroup MMA (wgmma.mma_async) has a fixed M = 64 (PTX ISA 8.x,
+# "wgmma.mma_async ... .m64nNk16"): a GEMM tile of fewer token rows computes 64 rows.
+WGMMA_M = 64
+# DeepEP normal-mode dispatch starts with `notify_dispatch` (deepseek-ai/DeepEP
+# csrc/kernels/intranode.cu): every rank writes its per-rank and per-expert token counts
+# (int32) into each peer's buffer between two device barriers; 004 §VI-A2 credits DySHARP
+# with avoiding this "metadata transmission, e.g., token arrival counts".
+NOTIFY_BARRIERS = 2
+COUNT_BYTES = 4
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -55,7 +64,14 @@ class DyConfig:
       `tokens_per_gpu * G / N` (exact in the flow model, spec §6).
     chunks: chunk counts the coarse pipeline may use (the best one is taken: Tutel's adaptive
       pipelining degree); one value = a fixed count (FasterMoE).
-    comm_sms: SMs that run communication while GEMMs run (overlapped schedules only).
+    comm_sms: SMs that run communication while GEMMs run (overlapped schedules only); with
+      fewer than COMM_SMS the ports drain at comm_sms / COMM_SMS of the link rate
+      (`comm_rate`), more leave fewer SMs to the GEMMs (`gemm_share`).
+    notify: a metadata exchange (token counts, two barriers) before each forward dispatch
+      (DeepEP's notify_dispatch; software all-to-alls exchange split sizes the same way).
+    adaptive_comm_sms: candidate comm SM counts; each pass takes the fastest (COMET's
+      adaptive workload assignment, Zhang et al. MLSys'25 §3.3: the comm / compute thread
+      block split is chosen per input shape); empty: the fixed `comm_sms`.
     """
 
     platform: Platform
@@ -71,6 +87,8 @@ class DyConfig:
     gemm_dtype: str = "fp8"  # 004 §V-A FP8 GEMM kernels
     comm_bytes_per_element: float = 2.0  # spec §7.2: BF16 dispatch and combine
     nvls_self_copy: bool = False  # spec §7.11
+    notify: bool = False
+    adaptive_comm_sms: tuple[int, ...] = ()
     name: str = "dysharp"
 
     @property
@@ -95,13 +113,44 @@ class DyConfig:
         sms = max(self.platform.device.sm_count, 1)
         return 1.0 - min(self.comm_sms, sms - 1) / sms
 
+    @property
+    def overlapped(self) -> bool:
+        """Comm kernels share the SMs with GEMMs (fine and fused schedules)."""
+        return self.schedule in ("fine", "fused")
+
+
+def gemm_share_of(cfg: DyConfig, comm_sms):
+    """`DyConfig.gemm_share` at a traced (possibly fractional) comm SM count."""
+    if cfg.schedule == "serial":
+        return jnp.float32(1.0)
+    sms = max(cfg.platform.device.sm_count, 1)
+    return 1.0 - jnp.clip(comm_sms, 0.0, sms - 1) / sms
+
+
+def comm_rate_of(cfg: DyConfig, comm_sms):
+    """Fraction of the port bandwidth the comm kernels reach: min(1, comm_sms / COMM_SMS)
+    when they share the SMs with GEMMs (DeepSeek-V3 §3.2.2: COMM_SMS SMs suffice to saturate
+    the links; fewer issue proportionally less), 1 for serial and coarse schedules (comm
+    kernels run alone, or on their own stream with the SMs they need)."""
+    if not cfg.overlapped:
+        return jnp.float32(1.0)
+    return jnp.minimum(jnp.maximum(comm_sms, 1e-3) / COMM_SMS, 1.0)
+
 
 @struct.dataclass
 class DyParams:
-    """Tunable parameters: placement [E, G] (or [L, E, G]) share matrix, tau (0 = exact)."""
+    """Tunable parameters: placement [E, G] (or [L, E, G]) share matrix, tau (0 = exact).
+
+    comm_sms, tile_tokens, chunks: traced overrides of the config's knobs (None: the
+    config's value; `moejax tune --system dysharp` sets them, fractional while relaxed).
+    `chunks` replaces the coarse schedule's list by one pipeline degree.
+    """
 
     placement: jax.Array
     tau: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.0))
+    comm_sms: jax.Array | None = None
+    tile_tokens: jax.Array | None = None
+    chunks: jax.Array | None = None
 
 
 def contiguous_placement(num_experts: int, num_devices: int) -> np.ndarray:
@@ -124,6 +173,10 @@ def make_config(platform: Platform, model: ModelSpec, **kw) -> DyConfig:
     if cfg.primitive in IN_SWITCH and not platform.topology.in_switch_compute:
         raise ConfigError(f"primitive = {cfg.primitive!r} needs in-switch compute, which "
                           f"hardware {platform.name} lacks (topology.in_switch_compute = false)")
+    if any(int(c) != c or not 1 <= c < platform.device.sm_count
+           for c in cfg.adaptive_comm_sms):
+        raise ConfigError(f"adaptive_comm_sms = {list(cfg.adaptive_comm_sms)}; allowed: ints "
+                          f"in 1 .. {platform.device.sm_count - 1}")
     if not cfg.chunks or any(int(c) != c or c < 1 for c in cfg.chunks):
         raise ConfigError(f"chunks = {list(cfg.chunks)}; allowed: a non-empty list of ints >= 1")
     if cfg.tile_tokens < 1:

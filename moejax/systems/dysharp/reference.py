@@ -7,12 +7,19 @@ applies the schedule rules of `schedule.py` with Python `max`. Same rules, no JA
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from moejax.systems.dysharp import packet
-from moejax.systems.dysharp.config import DyConfig
+from moejax.systems.dysharp.config import (
+    COMM_SMS,
+    COUNT_BYTES,
+    NOTIFY_BARRIERS,
+    WGMMA_M,
+    DyConfig,
+)
 
 BACKWARD_GEMM_FACTOR = 2.0  # as system.BACKWARD_GEMM_FACTOR (spec §7.3)
 
@@ -73,7 +80,8 @@ def port_loads(cfg: DyConfig, expert_ids, token_mask, placement):
 
 
 def gemm_times_s(cfg: DyConfig, tokens_de):
-    """(GEMM-1 [G], GEMM-2 [G]) seconds: whole tiles per expert, weights read once."""
+    """(GEMM-1 [G], GEMM-2 [G]) seconds: whole tiles per expert (a tile computes at least
+    WGMMA_M rows), weights read once."""
     m, dev = cfg.model, cfg.platform.device
     peak = dev.flops(cfg.gemm_dtype)
     hf = m.hidden_size * m.expert_ffn_size
@@ -87,7 +95,7 @@ def gemm_times_s(cfg: DyConfig, tokens_de):
                 tiles += 1
             used = 1.0 if rows > 0 else 0.0
             for mats, acc in ((m.ffn_matrices - 1, 1), (1, 2)):
-                comp = tiles * cfg.tile_tokens * 2.0 * mats * hf / peak
+                comp = tiles * max(cfg.tile_tokens, WGMMA_M) * 2.0 * mats * hf / peak
                 mem = used * mats * hf * m.weight_bytes / dev.memory_Bps
                 if acc == 1:
                     t1 += max(comp, mem)
@@ -99,8 +107,18 @@ def gemm_times_s(cfg: DyConfig, tokens_de):
 
 
 def layer_time_s(cfg: DyConfig, wire, x1, x2):
-    """Schedule rules of `schedule.layer_time_s` on Python floats: (latency, comm, gemm)."""
-    bw, lat = cfg.platform.topology.link_Bps, cfg.latency_s
+    """Schedule rules of `schedule.layer_time_s` on Python floats: (latency, comm, gemm);
+    with `adaptive_comm_sms`, the fastest of the candidate comm SM counts."""
+    if cfg.adaptive_comm_sms:
+        runs = [_layer_time_s(dataclasses.replace(cfg, comm_sms=n), wire, x1, x2)
+                for n in cfg.adaptive_comm_sms]
+        return min(runs, key=lambda r: r[0])
+    return _layer_time_s(cfg, wire, x1, x2)
+
+
+def _layer_time_s(cfg: DyConfig, wire, x1, x2):
+    rate = min(1.0, cfg.comm_sms / COMM_SMS) if cfg.schedule in ("fine", "fused") else 1.0
+    bw, lat = cfg.platform.topology.link_Bps * rate, cfg.latency_s
     eta = packet.payload_efficiency(cfg.platform, cfg.primitive, cfg.model.top_k)
     cd = max(max(wire[0][d], wire[1][d]) for d in range(cfg.num_devices)) / bw + lat
     cc = max(max(wire[2][d], wire[3][d]) for d in range(cfg.num_devices)) / bw + lat
@@ -111,8 +129,9 @@ def layer_time_s(cfg: DyConfig, wire, x1, x2):
     hf = m.hidden_size * m.expert_ffn_size
     peak = cfg.platform.device.flops(cfg.gemm_dtype) * share
     tile_comm = tok * cfg.token_bytes / (eta * bw)
-    fill = (2 * tile_comm + tok * 2.0 * (m.ffn_matrices - 1) * hf / peak + tok * 2.0 * hf / peak
-            + 2 * lat)
+    rows = max(tok, WGMMA_M)
+    fill = (2 * tile_comm + rows * 2.0 * (m.ffn_matrices - 1) * hf / peak
+            + rows * 2.0 * hf / peak + 2 * lat)
     if cfg.schedule == "serial":
         t = cd + max(x1) + max(x2) + cc
     elif cfg.schedule == "coarse":
@@ -142,6 +161,11 @@ def moe_layer(cfg: DyConfig, expert_ids, token_mask, counts, placement):
                   for e in range(cfg.model.num_experts)] for d in range(cfg.num_devices)]
     x1, x2 = gemm_times_s(cfg, tokens_de)
     t, c, x = layer_time_s(cfg, wire, x1, x2)
+    if cfg.notify:  # DeepEP notify_dispatch: two barriers, counts to every peer
+        g, e = cfg.num_devices, cfg.model.num_experts
+        t_n = (NOTIFY_BARRIERS * 2 * cfg.latency_s
+               + (g - 1) * (1 + e / g) * COUNT_BYTES / cfg.platform.topology.link_Bps)
+        t, c = t + t_n, c + t_n
     passes = 1.0
     if cfg.phase == "training":
         f = BACKWARD_GEMM_FACTOR

@@ -9,7 +9,9 @@ serial   Cd + X1 + X2 + Cc                                   (DeepEP, NVLS, DySH
 coarse   min_n max(C, X) + min(C, X) / n + (n - 1) * 2 lat   (FasterMoE n fixed, Tutel best n)
 fine     max(Cd, X1') + max(X2', Cc) + fill + drain          (CCFuser, COMET, DySHARP-COMET)
 fused    max(max_g sum U / B, max_g sum V / B, X') + fill + drain   (004 §IV)
-X' = X / gemm_share (SMs left to GEMMs while comm kernels run). fill + drain = the first
+X' = X / gemm_share (SMs left to GEMMs while comm kernels run); in the fine and fused
+schedules link_Bps is the rate the comm SMs reach (`config.comm_rate_of`). `chunks`: a tuple
+of degrees (the best one taken) or one traced degree (tuned). fill + drain = the first
 tile's dispatch, GEMM-1 and GEMM-2 and the last tile's combine plus one round trip (004 §IV:
 tiles of tsize tokens pace the pipeline).
 """
@@ -45,8 +47,8 @@ def phase_times_s(loads, link_Bps, latency_s, tau=0.0):
     return cd, cc
 
 
-def layer_time_s(schedule: str, loads, x1, x2, link_Bps, latency_s, gemm_share: float,
-                 chunks: tuple[int, ...], tile: TileTerms, tau=0.0):
+def layer_time_s(schedule: str, loads, x1, x2, link_Bps, latency_s, gemm_share,
+                 chunks, tile: TileTerms, tau=0.0):
     """dict: latency_s, comm_s (Cd + Cc alone), gemm_s (slowest GPU, full SMs) of one layer."""
     cd, cc = phase_times_s(loads, link_Bps, latency_s, tau)
     x = relax.max(x1 + x2, tau)
@@ -56,8 +58,11 @@ def layer_time_s(schedule: str, loads, x1, x2, link_Bps, latency_s, gemm_share: 
     elif schedule == "coarse":
         c = cd + cc
         hi, lo = relax.maximum(c, x, tau), relax.minimum(c, x, tau)
-        opts = jnp.stack([hi + lo / n + (n - 1) * 2 * latency_s for n in chunks])
-        t = relax.min(opts, tau, axis=0)
+        if isinstance(chunks, tuple):  # the policy's degrees, the best one taken
+            opts = jnp.stack([hi + lo / n + (n - 1) * 2 * latency_s for n in chunks])
+            t = relax.min(opts, tau, axis=0)
+        else:  # one traced degree (tuned; fractional while relaxed)
+            t = hi + lo / chunks + (chunks - 1) * 2 * latency_s
     elif schedule == "fine":
         t = (relax.maximum(cd, x1m / gemm_share, tau) + relax.maximum(x2m / gemm_share, cc, tau)
              + tile.fill_drain_s)

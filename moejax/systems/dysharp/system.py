@@ -23,12 +23,18 @@ from moejax.systems import ep
 from moejax.systems.dysharp import packet, schedule, traffic
 from moejax.systems.dysharp.config import (
     COMBINES,
+    COMM_SMS,
+    COUNT_BYTES,
+    NOTIFY_BARRIERS,
     PHASES,
     PRIMITIVES,
     SCHEDULES,
+    WGMMA_M,
     DyConfig,
     DyParams,
+    comm_rate_of,
     contiguous_placement,
+    gemm_share_of,
     make_config,
 )
 from moejax.trace import Trace
@@ -56,16 +62,21 @@ def token_scale(cfg: DyConfig, n_real):
     return cfg.tokens_per_gpu * cfg.num_devices / jnp.maximum(n_real, 1.0)
 
 
-def gemm_times_s(cfg: DyConfig, tokens_de, tau, tau_s=0.0):
+def gemm_times_s(cfg: DyConfig, tokens_de, tau, tau_s=0.0, tile=None):
     """GEMM-1 (gate + up) and GEMM-2 (down) seconds per GPU [G] (roofline per local expert).
 
-    tokens_de [G, E]: tokens of expert e on GPU d; tau in tokens, tau_s in seconds. Hard mode
-    pads each expert's rows to whole tiles of `tile_tokens` (a tiled grouped GEMM computes
-    whole tiles); an expert with any tokens reads its weights once (`ep.expert_time_s`).
+    tokens_de [G, E]: tokens of expert e on GPU d; tau in tokens, tau_s in seconds; tile:
+    rows per GEMM tile (default `cfg.tile_tokens`, traced when tuned). Hard mode pads each
+    expert's rows to whole tiles, and a tile of fewer than WGMMA_M rows computes WGMMA_M (a
+    tiled grouped GEMM computes whole tiles); relaxed mode scales the rows by the same
+    per-tile factor without the ceiling. An expert with any tokens reads its weights once
+    (`ep.expert_time_s`).
     """
     m, dev = cfg.model, cfg.platform.device
-    rows = jnp.where(tau > 0, tokens_de,
-                     jnp.ceil(tokens_de / cfg.tile_tokens - 1e-6) * cfg.tile_tokens)
+    tile = cfg.tile_tokens if tile is None else tile
+    computed = jnp.maximum(tile, WGMMA_M)
+    rows = jnp.where(tau > 0, tokens_de * computed / tile,
+                     jnp.ceil(tokens_de / tile - 1e-6) * computed)
     used = relax.positive(tokens_de, tau)
     peak = dev.flops(cfg.gemm_dtype)
     hf = m.hidden_size * m.expert_ffn_size
@@ -78,20 +89,34 @@ def gemm_times_s(cfg: DyConfig, tokens_de, tau, tau_s=0.0):
     return gemm(m.ffn_matrices - 1), gemm(1)
 
 
-def tile_terms(cfg: DyConfig, eta: float) -> schedule.TileTerms:
-    """One tile of `tile_tokens` tokens in each phase (004 §IV-B token-paced pipeline)."""
+def tile_terms(cfg: DyConfig, eta: float, tile=None, share=None, rate=1.0) -> schedule.TileTerms:
+    """One tile of `tile` tokens in each phase (004 §IV-B token-paced pipeline), comm at
+    `rate` of the link, GEMMs on `share` of the SMs (defaults: the config's)."""
     m, dev = cfg.model, cfg.platform.device
-    tok = cfg.tile_tokens
-    comm = tok * cfg.token_bytes / (eta * cfg.platform.topology.link_Bps)
-    peak = dev.flops(cfg.gemm_dtype) * cfg.gemm_share
+    tok = cfg.tile_tokens if tile is None else tile
+    share = cfg.gemm_share if share is None else share
+    comm = tok * cfg.token_bytes / (eta * cfg.platform.topology.link_Bps * rate)
+    peak = dev.flops(cfg.gemm_dtype) * share
     hf = m.hidden_size * m.expert_ffn_size
+    rows = jnp.maximum(tok, WGMMA_M)
     return schedule.TileTerms(
         dispatch_s=jnp.float32(comm),
-        gemm1_s=jnp.float32(tok * 2.0 * (m.ffn_matrices - 1) * hf / peak),
-        gemm2_s=jnp.float32(tok * 2.0 * hf / peak),
+        gemm1_s=jnp.float32(rows * 2.0 * (m.ffn_matrices - 1) * hf / peak),
+        gemm2_s=jnp.float32(rows * 2.0 * hf / peak),
         combine_s=jnp.float32(comm),
         rtt_s=jnp.float32(2 * cfg.latency_s),
     )
+
+
+def notify_time_s(cfg: DyConfig) -> float:
+    """DeepEP's notify_dispatch before a forward dispatch (config.NOTIFY_BARRIERS): two
+    barrier round trips plus each rank's counts to every peer (one per-rank count and the
+    peer's E / G per-expert counts, int32) at the port rate; 0 without `notify`."""
+    if not cfg.notify:
+        return 0.0
+    g, e = cfg.num_devices, cfg.model.num_experts
+    counts = (g - 1) * (1 + e / g) * COUNT_BYTES
+    return NOTIFY_BARRIERS * 2 * cfg.latency_s + counts / cfg.platform.topology.link_Bps
 
 
 def moe_layer(cfg: DyConfig, params: DyParams, expert_ids, token_mask, counts):
@@ -99,7 +124,8 @@ def moe_layer(cfg: DyConfig, params: DyParams, expert_ids, token_mask, counts):
     expert). Times in seconds, bytes per GPU port at `tokens_per_gpu` scale."""
     place = params.placement.astype(jnp.float32)
     n_real = (token_mask & (expert_ids >= 0).any(-1)).sum().astype(jnp.float32)
-    loads = traffic.port_loads(expert_ids, token_mask, place, cfg.nvls_self_copy)
+    loads = traffic.port_loads(expert_ids, token_mask, place, cfg.nvls_self_copy,
+                               exact=jnp.asarray(params.tau) <= 0)
     return layer_from_loads(cfg, params, loads, counts, n_real, token_scale(cfg, n_real))
 
 
@@ -109,28 +135,54 @@ def layer_from_loads(cfg: DyConfig, params: DyParams, port_loads, counts, n_real
 
     One `relax.branch` around the whole layer: hard mode (tau = 0) is plain arithmetic.
     """
-    return relax.branch(params.tau, lambda tau: _layer(cfg, params.placement, port_loads,
+    return relax.branch(params.tau, lambda tau: _layer(cfg, params, port_loads,
                                                        counts, n_real, scale, tau))
 
 
-def _layer(cfg: DyConfig, placement, port_loads, counts, n_real, scale, tau):
+def _layer(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale, tau):
     g = cfg.num_devices
-    place = placement.astype(jnp.float32)
+    place = params.placement.astype(jnp.float32)
     eta = efficiency(cfg)
-    bw = cfg.platform.topology.link_Bps
+    tile_rows = cfg.tile_tokens if params.tile_tokens is None else params.tile_tokens
+    chunks = cfg.chunks if params.chunks is None else params.chunks
+    link = cfg.platform.topology.link_Bps
     all_loads = port_loads * scale * cfg.token_bytes  # [5, 4, G] payload bytes
     loads = all_loads[traffic.load_index(cfg.primitive, cfg.combine)]
     wire = loads / eta
     tau_s = tau * cfg.latency_s  # dimensionless tau -> seconds
     tokens_de = (counts[:, None] * place).T * scale  # [G, E]
-    x1, x2 = gemm_times_s(cfg, tokens_de, tau, tau_s)
-    tile = tile_terms(cfg, eta)
+    x1, x2 = gemm_times_s(cfg, tokens_de, tau, tau_s, tile_rows)
+
+    def pass_at(gemm_factor, sms):
+        """One pass (forward or backward) with `sms` comm SMs (None: the config's)."""
+        if sms is None:
+            share, rate = cfg.gemm_share, (1.0 if cfg.comm_sms >= COMM_SMS
+                                           else comm_rate_of(cfg, cfg.comm_sms))
+        else:
+            share, rate = gemm_share_of(cfg, sms), comm_rate_of(cfg, sms)
+        tile = tile_terms(cfg, eta, tile_rows, share, rate)
+        return schedule.layer_time_s(cfg.schedule, wire, gemm_factor * x1, gemm_factor * x2,
+                                     link * rate, cfg.latency_s, share, chunks, tile, tau_s)
 
     def one_pass(gemm_factor):
-        return schedule.layer_time_s(cfg.schedule, wire, gemm_factor * x1, gemm_factor * x2,
-                                     bw, cfg.latency_s, cfg.gemm_share, cfg.chunks, tile, tau_s)
+        if params.comm_sms is not None:
+            return pass_at(gemm_factor, params.comm_sms)
+        if not cfg.adaptive_comm_sms:
+            return pass_at(gemm_factor, None)
+        # COMET's adaptive split: the best of its candidate SM counts for this pass's shape
+        runs = [pass_at(gemm_factor, jnp.float32(n)) for n in cfg.adaptive_comm_sms]
+        lat = jnp.stack([r["latency_s"] for r in runs])
+        best = relax.min(lat, tau_s, axis=0)
+        pick = jax.nn.one_hot(jnp.argmin(lat), len(runs))  # which split, for comm / gemm
+        return {"latency_s": best,
+                **{k: (jnp.stack([r[k] for r in runs]) * pick).sum() for k in
+                   ("comm_s", "gemm_s")}}
 
     fwd = one_pass(1.0)
+    t_notify = notify_time_s(cfg)
+    if t_notify:
+        fwd = {**fwd, "latency_s": fwd["latency_s"] + t_notify,
+               "comm_s": fwd["comm_s"] + t_notify}
     n_tok = n_real * scale
     att, _ = ep.attention_time_s(_attention_cfg(cfg.platform, cfg.model), n_tok, tau_s)
     if cfg.phase == "training":
@@ -161,7 +213,7 @@ def _layer(cfg: DyConfig, placement, port_loads, counts, n_real, scale, tau):
         "traffic_by_primitive_bytes": pay * passes,
         "redundancy": 1.0 - dyn.sum() / jnp.maximum(rank.sum(), 1e-30),
         "nvls_useless": nvls[1].sum() / jnp.maximum(rank[1].sum(), 1e-30) - 1.0,
-        "bw_util": total / eta / jnp.maximum(out["latency_s"] * 2 * g * bw, 1e-30),
+        "bw_util": total / eta / jnp.maximum(out["latency_s"] * 2 * g * link, 1e-30),
         "gemm_util": out["gemm_s"] / jnp.maximum(out["latency_s"], 1e-30),
         "tokens": n_tok,
         "expert_tokens": tokens_de.sum(-1),
@@ -243,6 +295,14 @@ def _chunks(t) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _int_list(t, key: str) -> tuple[int, ...]:
+    value = t._get(key, [], False)
+    value = value if isinstance(value, list) else [value]
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in value):
+        raise ConfigError(f"{t.where}: key {key!r} = {value!r}; allowed: a list of ints >= 1")
+    return tuple(value)
+
+
 def _read_options(t, platform: Platform | None = None, model: ModelSpec | None = None):
     opts = dict(
         primitive=t.str("primitive", "dymultimem", choices=PRIMITIVES),
@@ -253,6 +313,8 @@ def _read_options(t, platform: Platform | None = None, model: ModelSpec | None =
         comm_sms=t.int("comm_sms", 20, lo=0),
         tile_tokens=t.int("tile_tokens", 128, lo=1),
         tokens_per_gpu=t.int("tokens_per_gpu", 0, lo=0),
+        notify=t.bool("notify", False),
+        adaptive_comm_sms=_int_list(t, "adaptive_comm_sms"),
         name=t.str("label", "dysharp"),
     )
     placement = t._get("placement", "contiguous", False)

@@ -30,17 +30,49 @@ def token_owner(num_tokens: int, num_devices: int) -> np.ndarray:
     return np.arange(num_tokens) % num_devices
 
 
-def port_loads(expert_ids, token_mask, placement, nvls_self_copy: bool = False):
+def experts_per_gpu(expert_ids, token_mask, placement, exact=False):
+    """(m [N, G], hit [N, G]) of one layer: a token's experts on each GPU (a share sum under a
+    fractional placement) and whether any of them is there, 1 - prod_j (1 - P[e_nj, d]).
+
+    exact (a traced bool): the caller is in hard mode; then a one-hot placement takes a fast
+    path (each expert's GPU id, compared with every GPU: no [N, K, G] row gather), chosen by
+    `lax.cond` at run time with the same result. Relaxed callers (tuning) always take the
+    general path, so gradients never see the fast path's argmax.
+    """
+    valid = (expert_ids >= 0) & token_mask[:, None]  # [N, K]
+    safe = jnp.clip(expert_ids, 0)
+    g = placement.shape[-1]
+
+    def general(_):
+        m, q = 0.0, 1.0
+        for j in range(expert_ids.shape[1]):  # top-k slots, unrolled: one fused pass per slot
+            pj = placement[safe[:, j]] * valid[:, j, None]  # [N, G]
+            m, q = m + pj, q * (1.0 - pj)
+        return (jnp.broadcast_to(m, (expert_ids.shape[0], g)),
+                jnp.broadcast_to(1.0 - q, (expert_ids.shape[0], g)))
+
+    def one_hot(_):
+        dev = jnp.where(valid, jnp.argmax(placement, -1).astype(jnp.int32)[safe], -1)  # [N, K]
+        m = (dev[..., None] == jnp.arange(g, dtype=jnp.int32)).sum(1).astype(jnp.float32)
+        return m, (m > 0).astype(jnp.float32)
+
+    if exact is False:
+        return general(None)
+    is_one_hot = (((placement == 0) | (placement == 1)).all()
+                  & (placement.sum(-1) == 1).all())
+    return jax.lax.cond(jnp.asarray(exact) & is_one_hot, one_hot, general, None)
+
+
+def port_loads(expert_ids, token_mask, placement, nvls_self_copy: bool = False, exact=False):
     """Port loads [5, 4, G] (token vectors) of one layer for each of `LOAD_KINDS`.
 
-    expert_ids [N, K] (-1 = no expert), token_mask [N], placement [E, G] share matrix.
+    expert_ids [N, K] (-1 = no expert), token_mask [N], placement [E, G] share matrix;
+    exact: hard mode (`experts_per_gpu`'s one-hot fast path).
     """
     n = expert_ids.shape[0]
     g = placement.shape[-1]
     valid = (expert_ids >= 0) & token_mask[:, None]  # [N, K]
-    p_tok = placement[jnp.clip(expert_ids, 0)] * valid[..., None]  # [N, K, G]
-    m = p_tok.sum(1)  # [N, G]
-    hit = 1.0 - jnp.prod(1.0 - p_tok, axis=1)  # [N, G]
+    m, hit = experts_per_gpu(expert_ids, token_mask, placement, exact)  # [N, G]
     own = jnp.asarray(np.eye(g, dtype=np.float32)[token_owner(n, g)])  # [N, G]
     real = (valid.any(-1)).astype(jnp.float32)  # [N]
     rem_hit = hit * (1.0 - own)
@@ -73,8 +105,6 @@ def load_index(primitive: str, combine: str) -> int:
 def distinct_remote_gpus(expert_ids, token_mask, placement):
     """R_n [N]: remote GPUs token n must reach (0 for padded slots)."""
     g = placement.shape[-1]
-    valid = (expert_ids >= 0) & token_mask[:, None]
-    p_tok = placement[jnp.clip(expert_ids, 0)] * valid[..., None]
-    hit = 1.0 - jnp.prod(1.0 - p_tok, axis=1)
+    _, hit = experts_per_gpu(expert_ids, token_mask, placement)
     own = jax.nn.one_hot(token_owner(expert_ids.shape[0], g), g)
     return (hit * (1.0 - own)).sum(-1)
