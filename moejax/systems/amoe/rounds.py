@@ -87,6 +87,7 @@ class Consts:
     bin_ticks: jax.Array  # () ticks per tok_bins bin
     itl_edges: jax.Array  # [H] ITL histogram inner edges (int32 ticks or float32)
     series_ticks: jax.Array  # () ticks per series bin
+    one: jax.Array  # () float32 1.0, a runtime value (see `_mul`)
 
 
 @struct.dataclass
@@ -153,20 +154,30 @@ def _ticks(secs):
     return jnp.ceil(secs * F32(1.0 / 1e-6)).astype(I32)
 
 
-def _layer_ticks(cost, n, ctx, is_att):
+def _mul(a, b, one):
+    """float32 a x b rounded on its own, as numba / numpy do.
+
+    XLA:CPU contracts `x + a * b` into one fused multiply-add (a single rounding), which
+    moves a duration across a tick boundary now and then; the product times a runtime 1.0
+    (`Consts.one`, unknown to the compiler) is rounded first, and fma(p, 1, x) == p + x.
+    """
+    return (a * b) * one
+
+
+def _layer_ticks(cost, n, ctx, is_att, one):
     """Duration ticks of a launch of n tokens (attention: ctx KV tokens), core's float32."""
     (exp_comp, exp_weight, exp_act, exp_fixed, att_comp, att_ctx_comp, att_weight, att_kv,
      att_act, att_fixed, att_per_token) = (cost[i] for i in range(len(COST_FIELDS)))
     nf = n.astype(F32)
     cf = ctx.astype(F32)
-    comp = nf * att_comp + cf * att_ctx_comp
-    mem = (att_weight + cf * att_kv) + nf * att_act
-    att = (jnp.maximum(comp, mem) + att_fixed) + nf * att_per_token
-    exp = jnp.maximum(nf * exp_comp, exp_weight + nf * exp_act) + exp_fixed
+    comp = _mul(nf, att_comp, one) + _mul(cf, att_ctx_comp, one)
+    mem = (att_weight + _mul(cf, att_kv, one)) + _mul(nf, att_act, one)
+    att = (jnp.maximum(comp, mem) + att_fixed) + _mul(nf, att_per_token, one)
+    exp = jnp.maximum(_mul(nf, exp_comp, one), exp_weight + _mul(nf, exp_act, one)) + exp_fixed
     return _ticks(jnp.where(is_att, att, exp))
 
 
-def _select(spec: Spec, q, on, decay):
+def _select(spec: Spec, q, on, decay, one):
     """Per-GPU (block, unit) [D] chosen from queue counts q [NB, U] (core's tie rules)."""
     qm = jnp.where(on[:, None, :], q[None], 0)  # [D, NB, U]
     d_, nb, nu = qm.shape
@@ -183,7 +194,7 @@ def _select(spec: Spec, q, on, decay):
         dk = F32(1.0)
         for k in range(1, spec.lookahead + 1):
             dk = dk * decay
-            ls = ls + (jnp.roll(total, -k, axis=1) / n_e) * dk
+            ls = ls + _mul(jnp.roll(total, -k, axis=1) / n_e, dk, one)
         score = jnp.where(qm > 0, ls[:, :, None] + qm.astype(F32), 0.0)
     flat = jnp.argmax(score.reshape(d_, nb * nu), axis=1).astype(I32)
     return flat // nu, flat % nu
@@ -284,12 +295,12 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     q = jnp.zeros((nb, spec.num_units), I32).at[blk, s.unit].add(elig.astype(I32))
     ids = jnp.arange(d_, dtype=I32)
     on = cs.gpu_of_unit[None, :] == ids[:, None]  # [D, U]
-    b_sel, u_sel = _select(spec, q, on, st.decay)
+    b_sel, u_sel = _select(spec, q, on, st.decay, cs.one)
     batch0 = elig & (blk == b_sel[gpu]) & (s.unit == u_sel[gpu])
     n = jnp.zeros(d_, I32).at[gpu].add(batch0.astype(I32))
     is_att = u_sel < a_
     ctx = jnp.zeros(d_, I32).at[gpu[:, 0]].add(jnp.where(batch0[:, 0], s.inp + s.done, 0))
-    dur = _layer_ticks(cs.cost, n, ctx, is_att)
+    dur = _layer_ticks(cs.cost, n, ctx, is_att, cs.one)
     end = jnp.where(cand, start + dur, BIG)
     horizon = end.min()
     # caps: the next admission (ties to admission); a blocked head's first possible release
@@ -310,7 +321,7 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     src = jnp.where(att_mv, gpu[:, :1], gpu)
     dst = jnp.where(att_mv, cs.exp_gpu[experts], cs.att_gpu[s.rank][:, None])
     cnt = jnp.zeros((d_, d_), I32).at[src, dst].add(mv.astype(I32))
-    xfer = _ticks(cs.lat[src, dst] + cnt[src, dst].astype(F32) * cs.ptok[src, dst])
+    xfer = _ticks(cs.lat[src, dst] + _mul(cnt[src, dst].astype(F32), cs.ptok[src, dst], cs.one))
     arrive = jnp.where(mv, end[src] + xfer, 0)
     sstate = jnp.where(att_mv, 1, jnp.where(exp_mv, 2, s.sstate))
     unit = jnp.where(att_mv, a_ + experts, s.unit)
@@ -396,7 +407,7 @@ def consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, cost, lat, ptok, cdf, w0=0, w1=
         lat=np.asarray(lat, np.float32), ptok=np.asarray(ptok, np.float32),
         cdf=np.asarray(cdf, np.float32), w0=np.int32(min(int(w0), BIG)),
         w1=np.int32(min(int(w1), BIG)), bin_ticks=np.int32(bin_ticks),
-        itl_edges=jnp.asarray(edges), series_ticks=np.int32(series_ticks))
+        itl_edges=jnp.asarray(edges), series_ticks=np.int32(series_ticks), one=np.float32(1.0))
 
 
 def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
