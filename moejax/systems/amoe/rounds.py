@@ -67,6 +67,7 @@ class Spec:
     lookahead: int  # Algorithm 1's K
     tok_bins: int  # emitted tokens per `bin_ticks` (core's tok_bins)
     itl_bins: int  # len(itl_edges) + 1
+    itl_span: int = 1  # most ITL edges inside one log bucket (`itl_table`)
     series: int = 0  # > 0: aep.metrics' done_bins / queue-depth series with this many bins
 
 
@@ -85,7 +86,8 @@ class Consts:
     w0: jax.Array  # () ITL window [w0, w1)
     w1: jax.Array
     bin_ticks: jax.Array  # () ticks per tok_bins bin
-    itl_edges: jax.Array  # [H] ITL histogram inner edges (int32 ticks or float32)
+    itl_edges: jax.Array  # [H + span] int32 ITL histogram inner edges, BIG-padded
+    itl_lo: jax.Array  # [KEYS] edges below each log bucket (`itl_table`)
     series_ticks: jax.Array  # () ticks per series bin
     one: jax.Array  # () float32 1.0, a runtime value (see `_mul`)
 
@@ -115,6 +117,7 @@ class State:
     phase: jax.Array  # -1 free, 0 attention, 1 experts, 2 finished (KV until release)
     release: jax.Array  # KV release tick (BIG while running)
     last: jax.Array
+    first: jax.Array
     # token slots [C, K]
     unit: jax.Array
     sstate: jax.Array  # 0 idle, 1 pending (in flight or queued), 2 in the token pool
@@ -209,7 +212,7 @@ def init(spec: Spec, st: Stream) -> State:
     s_ = max(spec.series, 1)
     return State(
         req=zc - 1, rank=zc, block=zc, done=zc, inp=zc, outl=zc, phase=zc - 1,
-        release=zc + BIG, last=zc, unit=zck, sstate=zck, ready=zck,
+        release=zc + BIG, last=zc, first=zc, unit=zck, sstate=zck, ready=zck,
         gpu_free=zd, busy=zd, execs=zd, ntok=zd,
         o_complete=zr + BIG, o_first=zr, o_last=zr, o_done=zr, o_rank=zr - 1,
         o_admitted=zr + BIG,
@@ -222,11 +225,50 @@ def init(spec: Spec, st: Stream) -> State:
     )
 
 
+ITL_M = 6  # log buckets: values < 64 exact, then 64 sub-buckets per power of two
+
+
+def _itl_key(v):
+    """Log bucket of int32 ticks v >= 0 (HDR-histogram style, integer ops only)."""
+    v = jnp.maximum(v, 0)
+    e = 31 - jax.lax.clz(jnp.maximum(v, 1))
+    shift = jnp.maximum(e - ITL_M, 0)
+    return jnp.where(e < ITL_M, v, (shift << ITL_M) + (v >> shift))
+
+
+def itl_table(edges):
+    """(lo [KEYS], span): edges below each bucket of `_itl_key`, most edges in one bucket.
+
+    searchsorted(edges, v, 'right') == lo[key(v)] + #{j < span: edges[lo + j] <= v}: the
+    edges in v's bucket are the next ones after lo (the review's integer-log ITL binning,
+    §7.4 B, exact for any sorted int edges).
+    """
+    e = np.asarray(edges, np.int64)
+    keys = np.arange((32 - ITL_M) << ITL_M, dtype=np.int64)
+    shift = np.maximum((keys >> ITL_M) - 1, 0)
+    top = np.where(keys < (1 << ITL_M), keys, keys - (shift << ITL_M))
+    bmin = np.where(keys < (1 << ITL_M), keys, top << shift)
+    bmax = np.where(keys < (1 << ITL_M), keys, ((top + 1) << shift) - 1)
+    lo = np.searchsorted(e, bmin, side="left")
+    hi = np.searchsorted(e, bmax, side="right")
+    return np.minimum(lo, len(e)).astype(np.int32), max(int((hi - lo).max(initial=0)), 1)
+
+
+def _itl_bin(spec: Spec, cs: Consts, v):
+    """searchsorted(itl_edges, v, side='right') for int32 ticks v (`itl_table`)."""
+    lo = cs.itl_lo[_itl_key(v)]
+    hb = lo
+    for j in range(spec.itl_span):
+        hb = hb + (cs.itl_edges[lo + j] <= v).astype(I32)
+    return hb
+
+
 def _starts(spec: Spec, cs: Consts, s: State):
     """[D] earliest pending ready tick per GPU (BIG: none) and each token slot's GPU."""
     gpu = cs.gpu_of_unit[s.unit]  # [C, K]
     pend = s.sstate == 1
-    earliest = jnp.full(spec.num_devices, BIG).at[gpu].min(jnp.where(pend, s.ready, BIG))
+    ids = jnp.arange(spec.num_devices, dtype=I32)[:, None, None]
+    earliest = jnp.where(pend[None] & (gpu[None] == ids), s.ready[None], BIG).min((1, 2))
     return earliest, gpu, pend
 
 
@@ -236,8 +278,8 @@ def _head(spec: Spec, cs: Consts, st: Stream, s: State):
     valid = s.next_req < st.n_req
     t_a = jnp.maximum(st.arrival[hol], s.clock)
     holding = (s.phase >= 0) & (s.release > t_a)
-    used = jnp.zeros(spec.num_ranks, I32).at[s.rank].add(
-        jnp.where(holding, s.inp + s.outl, 0))
+    ranks = jnp.arange(spec.num_ranks, dtype=I32)[:, None]
+    used = jnp.where(holding[None] & (s.rank[None] == ranks), (s.inp + s.outl)[None], 0).sum(1)
     free = cs.kvcap - used
     best = jnp.argmax(free).astype(I32)
     fits = free[best] >= st.inp[hol] + st.outl[hol]
@@ -263,12 +305,18 @@ def _admissions(spec: Spec, cs: Consts, st: Stream, s: State):
         r = s.next_req
         g = cs.att_gpu[best]
         kz = jnp.arange(spec.top_k) == 0
+        old = jnp.where(s.req[slot] >= 0, s.req[slot], spec.requests)  # recycled: its outputs
+        s = s.replace(
+            o_first=s.o_first.at[old].set(s.first[slot], mode="drop"),
+            o_complete=s.o_complete.at[old].set(s.release[slot], mode="drop"),
+            o_last=s.o_last.at[old].set(s.last[slot], mode="drop"),
+            o_done=s.o_done.at[old].set(s.done[slot], mode="drop"))
         s = s.replace(
             req=s.req.at[slot].set(r), rank=s.rank.at[slot].set(best),
             block=s.block.at[slot].set(0), done=s.done.at[slot].set(0),
             inp=s.inp.at[slot].set(st.inp[r]), outl=s.outl.at[slot].set(st.outl[r]),
             phase=s.phase.at[slot].set(0), release=s.release.at[slot].set(BIG),
-            last=s.last.at[slot].set(0),
+            last=s.last.at[slot].set(0), first=s.first.at[slot].set(0),
             unit=s.unit.at[slot].set(jnp.where(kz, best, 0)),
             sstate=s.sstate.at[slot].set(kz.astype(I32)),
             ready=s.ready.at[slot].set(jnp.where(kz, t_adm, 0)),
@@ -278,16 +326,17 @@ def _admissions(spec: Spec, cs: Consts, st: Stream, s: State):
         earliest = earliest.at[g].min(t_adm)
         return s, earliest, _head(spec, cs, st, s)
 
-    s, _, head = jax.lax.while_loop(cond, body, (s, earliest, _head(spec, cs, st, s)))
+    s, earliest, head = jax.lax.while_loop(cond, body, (s, earliest, _head(spec, cs, st, s)))
     t_adm, _, _, has_slot, blocked, t_a = head
     overflow = (t_adm < BIG) & ~has_slot
-    return s.replace(overflow=s.overflow | overflow), t_adm, blocked, t_a
+    return s.replace(overflow=s.overflow | overflow), earliest, t_adm, blocked, t_a
 
 
 def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     a_, d_, k_, nb = spec.num_ranks, spec.num_devices, spec.top_k, spec.num_blocks
-    s, t_adm, blocked, t_a = _admissions(spec, cs, st, s)
-    earliest, gpu, pend = _starts(spec, cs, s)
+    s, earliest, t_adm, blocked, t_a = _admissions(spec, cs, st, s)
+    gpu = cs.gpu_of_unit[s.unit]  # [C, K]
+    pend = s.sstate == 1
     start = jnp.where(earliest < BIG, jnp.maximum(s.gpu_free, earliest), BIG)  # [D]
     cand = start < BIG
     elig = pend & (s.ready <= start[gpu])
@@ -297,9 +346,10 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     on = cs.gpu_of_unit[None, :] == ids[:, None]  # [D, U]
     b_sel, u_sel = _select(spec, q, on, st.decay, cs.one)
     batch0 = elig & (blk == b_sel[gpu]) & (s.unit == u_sel[gpu])
-    n = jnp.zeros(d_, I32).at[gpu].add(batch0.astype(I32))
+    mine = gpu[None] == ids[:, None, None]  # [D, C, K]
+    n = (mine & batch0[None]).sum((1, 2), dtype=I32)
     is_att = u_sel < a_
-    ctx = jnp.zeros(d_, I32).at[gpu[:, 0]].add(jnp.where(batch0[:, 0], s.inp + s.done, 0))
+    ctx = jnp.where(mine[:, :, 0] & batch0[None, :, 0], (s.inp + s.done)[None], 0).sum(1)
     dur = _layer_ticks(cs.cost, n, ctx, is_att, cs.one)
     end = jnp.where(cand, start + dur, BIG)
     horizon = end.min()
@@ -334,15 +384,12 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     emit = merge & (s.block == nb - 1)
     has_itl = emit & (t_m >= cs.w0) & (t_m < cs.w1) & (s.done > 0) & (s.last > 0)
     itl = t_m - s.last
-    hb = jnp.searchsorted(cs.itl_edges, itl.astype(cs.itl_edges.dtype), side="right")
+    hb = _itl_bin(spec, cs, itl)
     itl_hist = s.itl_hist.at[jnp.where(has_itl, hb, spec.itl_bins)].add(1, mode="drop")
     tb = jnp.where(emit, t_m // cs.bin_ticks, spec.tok_bins)
     tok_bins = s.tok_bins.at[tb].add(1, mode="drop")
     done = s.done + emit.astype(I32)
     fin = emit & (done >= s.outl)
-    r_ = spec.requests
-    req_e = jnp.where(emit & (s.done == 0), s.req, r_)
-    req_f = jnp.where(fin, s.req, r_)
     last = jnp.where(emit, t_m, s.last)
     requeue = merge & ~fin
     kz = (jnp.arange(k_) == 0)[None, :]
@@ -356,10 +403,7 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
         unit=unit, sstate=sstate, ready=ready,
         gpu_free=jnp.where(go, end, s.gpu_free), busy=s.busy + gi * dur,
         execs=s.execs + gi, ntok=s.ntok + gi * n,
-        o_first=s.o_first.at[req_e].set(t_m, mode="drop"),
-        o_complete=s.o_complete.at[req_f].set(t_m, mode="drop"),
-        o_last=s.o_last.at[req_f].set(t_m, mode="drop"),
-        o_done=s.o_done.at[req_f].set(done, mode="drop"),
+        first=jnp.where(emit & (s.done == 0), t_m, s.first),
         clock=jnp.where(go, start, 0).max(), events=s.events + gi.sum(),
         rounds=s.rounds + 1, finished=s.finished + fin.sum(),
         itl_sum=s.itl_sum + jnp.where(has_itl, itl, 0).sum(),
@@ -382,32 +426,53 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
                                   s.replace(stop=True, overflow=new.overflow), new)
 
 
+def outputs(spec: Spec, s: State):
+    """Per-request [R] (complete, first, last, done) with the requests still in slots."""
+    idx = jnp.where(s.req >= 0, s.req, spec.requests)
+    return (s.o_complete.at[idx].set(s.release, mode="drop"),
+            s.o_first.at[idx].set(s.first, mode="drop"),
+            s.o_last.at[idx].set(s.last, mode="drop"),
+            s.o_done.at[idx].set(s.done, mode="drop"))
+
+
+def advance(spec: Spec, cs: Consts, st: Stream, s: State, limit) -> State:
+    """Rounds until the stream is done or `s.rounds` reaches `limit` (chunks for progress)."""
+    return jax.lax.while_loop(lambda s: ~s.stop & (s.rounds < limit),
+                              functools.partial(_round, spec, cs, st), s)
+
+
 def run(spec: Spec, cs: Consts, st: Stream) -> State:
     """One stream to completion (a `lax.while_loop` of rounds); vmap over `st` for many."""
-    s = init(spec, st)
-    return jax.lax.while_loop(lambda s: ~s.stop, functools.partial(_round, spec, cs, st), s)
+    return advance(spec, cs, st, init(spec, st), BIG)
 
 
 @functools.lru_cache(maxsize=32)
 def compiled(spec: Spec, batched: bool = False):
-    """jit(run) for one stream, or jit(vmap(run)) over streams (Consts shared)."""
-    fn = functools.partial(run, spec)
-    return jax.jit(jax.vmap(fn, in_axes=(None, 0)) if batched else fn)
+    """(init, advance) jitted for one stream, or vmapped over streams (Consts shared)."""
+    ini = functools.partial(init, spec)
+    adv = functools.partial(advance, spec)
+    if batched:
+        ini = jax.vmap(ini)
+        adv = jax.vmap(adv, in_axes=(None, 0, 0, None))
+    return jax.jit(ini), jax.jit(adv, donate_argnums=2)
 
 
 def consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, cost, lat, ptok, cdf, w0=0, w1=BIG,
            bin_ticks=1, itl_edges=None, series_ticks=1) -> Consts:
     i32 = functools.partial(np.asarray, dtype=np.int32)
-    edges = np.zeros(1, np.int32) if itl_edges is None else np.asarray(itl_edges)
-    if edges.dtype.kind == "i":
-        edges = np.minimum(edges, BIG).astype(np.int32)
+    edges = np.zeros(0, np.int64) if itl_edges is None else np.asarray(itl_edges)
+    if edges.dtype.kind == "f":  # float32 tick edges (aep.py): v >= e  <=>  v >= ceil(e)
+        edges = np.ceil(edges.astype(np.float64))
+    edges = np.minimum(edges, BIG).astype(np.int64)
+    lo, span = itl_table(edges)
+    edges = np.concatenate([edges, np.full(span + 1, BIG)]).astype(np.int32)
     return Consts(
         gpu_of_unit=i32(gpu_of_unit), att_gpu=i32(att_gpu), exp_gpu=i32(exp_gpu),
         kvcap=np.int32(min(int(kvcap), BIG)), cost=np.asarray(cost, np.float32).reshape(-1),
         lat=np.asarray(lat, np.float32), ptok=np.asarray(ptok, np.float32),
         cdf=np.asarray(cdf, np.float32), w0=np.int32(min(int(w0), BIG)),
         w1=np.int32(min(int(w1), BIG)), bin_ticks=np.int32(bin_ticks),
-        itl_edges=jnp.asarray(edges), series_ticks=np.int32(series_ticks), one=np.float32(1.0))
+        itl_edges=edges, itl_lo=lo, series_ticks=np.int32(series_ticks), one=np.float32(1.0))
 
 
 def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
@@ -433,20 +498,27 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
     arr = np.asarray(arrival, np.int64)[:r]
     if n and arr[:n].max() >= BIG:
         raise ConfigError(f"arrival: ticks up to {BIG} (int32 µs); got {arr[:n].max()}")
+    if len(itl_hist) != len(itl_edges) + 1:
+        raise ConfigError("itl_hist: needs len(itl_edges) + 1 bins")
+    cs = consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, np.asarray(cost, np.float32), lat,
+                ptok, cdf, w0, w1, bin_ticks, np.asarray(itl_edges, np.int64))
     spec = Spec(num_blocks=int(nb_), top_k=int(k_), num_ranks=int(a_),
                 num_devices=int(d_), num_units=len(gpu_of_unit),
                 slots=max(1, min(int(conc_cap), max(n, 1))), requests=max(r, 1),
                 sched=int(sched), lookahead=int(lookahead), tok_bins=len(tok_bins),
-                itl_bins=len(itl_hist))
-    cs = consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, np.asarray(cost, np.float32), lat,
-                ptok, cdf, w0, w1, bin_ticks, np.asarray(itl_edges, np.int64))
+                itl_bins=len(itl_hist), itl_span=len(cs.itl_edges) - len(itl_hist))
     pad = np.zeros(max(r, 1) - r, np.int64)
     st = Stream(arrival=np.concatenate([np.minimum(arr, BIG), pad]).astype(np.int32),
                 inp=np.concatenate([np.asarray(inp)[:r], pad]).astype(np.int32),
                 outl=np.concatenate([np.asarray(outl)[:r], pad]).astype(np.int32),
                 n_req=np.int32(n), seed=np.uint32(seed), decay=np.float32(decay),
                 max_events=np.int32(min(int(max_events), BIG)))
-    s = compiled(spec)(cs, st) if jit else run(spec, cs, st)
+    if jit:
+        ini, adv = compiled(spec)
+        s = adv(cs, st, ini(st), BIG)
+    else:
+        s = run(spec, cs, st)
+    complete, first, last, done = (np.asarray(x) for x in outputs(spec, s))
     s = jax.tree_util.tree_map(np.asarray, s)
     if s.overflow:
         raise ConfigError(f"conc_cap = {conc_cap}: more requests hold KV at once; raise it")
@@ -457,12 +529,8 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
         x = x[:n].astype(np.int64)
         return np.where(x >= BIG, core.BIG, x)
 
-    live = (s.phase >= 0) & (s.req >= 0)  # requests still in a slot: their progress
-    o_done, o_last = s.o_done.copy(), s.o_last.copy()
-    o_done[s.req[live]] = s.done[live]
-    o_last[s.req[live]] = s.last[live]
-    done, last = o_done[:n].astype(np.int64), o_last[:n].astype(np.int64)
-    return (big(s.o_complete), s.o_first[:n].astype(np.int64), last, done,
+    return (big(complete), first[:n].astype(np.int64), last[:n].astype(np.int64),
+            done[:n].astype(np.int64),
             s.o_rank[:n].astype(np.int64), big(s.o_admitted), arr[:n].copy(),
             np.asarray(outl, np.int64)[:n].copy(), s.busy.astype(np.int64),
             s.execs.astype(np.int64), s.ntok.astype(np.int64), int(s.events),
