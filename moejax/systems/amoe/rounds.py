@@ -63,7 +63,7 @@ class Spec:
     num_units: int  # U = A + E
     slots: int  # C: concurrency cap (requests holding KV at once)
     requests: int  # R: stream length (padded)
-    sched: int  # 0 defrag (Algorithm 1), 1 MTFS, 2 FLFS
+    sched: int  # 0 defrag (Algorithm 1), 1 MTFS, 2 FLFS; -1: per stream (Stream.sched)
     lookahead: int  # Algorithm 1's K
     tok_bins: int  # emitted tokens per `bin_ticks` (core's tok_bins)
     itl_bins: int  # len(itl_edges) + 1
@@ -89,7 +89,7 @@ class Consts:
     itl_edges: jax.Array  # [H + span] int32 ITL histogram inner edges, BIG-padded
     itl_lo: jax.Array  # [KEYS] edges below each log bucket (`itl_table`)
     series_ticks: jax.Array  # () ticks per series bin
-    one: jax.Array  # () float32 1.0, a runtime value (see `_mul`)
+    zero: jax.Array  # () int32 0, a runtime value (see `_mul`)
 
 
 @struct.dataclass
@@ -102,6 +102,7 @@ class Stream:
     n_req: jax.Array  # () real requests (a prefix)
     seed: jax.Array  # () uint32 routing seed
     decay: jax.Array  # () float32 Algorithm 1 delta
+    sched: jax.Array  # () int32 scheduler when Spec.sched == -1
     max_events: jax.Array  # () stop at the first round boundary past this
 
 
@@ -157,50 +158,65 @@ def _ticks(secs):
     return jnp.ceil(secs * F32(1.0 / 1e-6)).astype(I32)
 
 
-def _mul(a, b, one):
+def _mul(a, b, zero):
     """float32 a x b rounded on its own, as numba / numpy do.
 
-    XLA:CPU contracts `x + a * b` into one fused multiply-add (a single rounding), which
-    moves a duration across a tick boundary now and then; the product times a runtime 1.0
-    (`Consts.one`, unknown to the compiler) is rounded first, and fma(p, 1, x) == p + x.
+    XLA:CPU contracts `x + a * b` into one fused multiply-add (a single rounding), and
+    reassociates products with scalars, which moves a duration across a tick boundary now
+    and then. The product's bits pass through an integer add of a runtime 0 (`Consts.zero`,
+    unknown to the compiler), so it is rounded before any sum it enters.
     """
-    return (a * b) * one
+    p = jax.lax.bitcast_convert_type(a * b, I32) + zero
+    return jax.lax.bitcast_convert_type(p, F32)
 
 
-def _layer_ticks(cost, n, ctx, is_att, one):
+def _layer_ticks(cost, n, ctx, is_att, zero):
     """Duration ticks of a launch of n tokens (attention: ctx KV tokens), core's float32."""
     (exp_comp, exp_weight, exp_act, exp_fixed, att_comp, att_ctx_comp, att_weight, att_kv,
      att_act, att_fixed, att_per_token) = (cost[i] for i in range(len(COST_FIELDS)))
     nf = n.astype(F32)
     cf = ctx.astype(F32)
-    comp = _mul(nf, att_comp, one) + _mul(cf, att_ctx_comp, one)
-    mem = (att_weight + _mul(cf, att_kv, one)) + _mul(nf, att_act, one)
-    att = (jnp.maximum(comp, mem) + att_fixed) + _mul(nf, att_per_token, one)
-    exp = jnp.maximum(_mul(nf, exp_comp, one), exp_weight + _mul(nf, exp_act, one)) + exp_fixed
+    comp = _mul(nf, att_comp, zero) + _mul(cf, att_ctx_comp, zero)
+    mem = (att_weight + _mul(cf, att_kv, zero)) + _mul(nf, att_act, zero)
+    att = (jnp.maximum(comp, mem) + att_fixed) + _mul(nf, att_per_token, zero)
+    exp = jnp.maximum(_mul(nf, exp_comp, zero), exp_weight + _mul(nf, exp_act, zero)) + exp_fixed
     return _ticks(jnp.where(is_att, att, exp))
 
 
-def _select(spec: Spec, q, on, decay, one):
-    """Per-GPU (block, unit) [D] chosen from queue counts q [NB, U] (core's tie rules)."""
+def _select(spec: Spec, q, on, decay, zero, sched):
+    """Per-GPU (block, unit) [D] chosen from queue counts q [NB, U] (core's tie rules).
+
+    spec.sched 0 / 1 / 2 compiles one scheduler; -1 computes all three and picks the
+    stream's `sched` (one compilation for a sweep over schedulers).
+    """
     qm = jnp.where(on[:, None, :], q[None], 0)  # [D, NB, U]
     d_, nb, nu = qm.shape
-    if spec.sched == 2:  # FLFS: first block with a ready token, its fullest local queue
-        b = jnp.argmax(qm.sum(2) > 0, axis=1).astype(I32)
-        u = jnp.argmax(jnp.take_along_axis(qm, b[:, None, None], 1)[:, 0], axis=1)
-        return b, u.astype(I32)
-    if spec.sched == 1:  # MTFS: the fullest queue, block-major first
-        score = qm.astype(F32)
-    else:  # Algorithm 1 (§3.4), float32 in the core's order
-        total = qm.sum(2).astype(F32)  # [D, NB]
-        n_e = on.sum(1).astype(F32)[:, None]
-        ls = jnp.zeros_like(total)
-        dk = F32(1.0)
-        for k in range(1, spec.lookahead + 1):
-            dk = dk * decay
-            ls = ls + _mul(jnp.roll(total, -k, axis=1) / n_e, dk, one)
-        score = jnp.where(qm > 0, ls[:, :, None] + qm.astype(F32), 0.0)
-    flat = jnp.argmax(score.reshape(d_, nb * nu), axis=1).astype(I32)
-    return flat // nu, flat % nu
+    kinds = (spec.sched,) if spec.sched >= 0 else (0, 1, 2)
+    picks = []
+    for kind in kinds:
+        if kind == 2:  # FLFS: first block with a ready token, its fullest local queue
+            b = jnp.argmax(qm.sum(2) > 0, axis=1).astype(I32)
+            u = jnp.argmax(jnp.take_along_axis(qm, b[:, None, None], 1)[:, 0], axis=1)
+            picks.append((b, u.astype(I32)))
+            continue
+        if kind == 1:  # MTFS: the fullest queue, block-major first
+            score = qm.astype(F32)
+        else:  # Algorithm 1 (§3.4), float32 in the core's order
+            total = qm.sum(2).astype(F32)  # [D, NB]
+            n_e = on.sum(1).astype(F32)[:, None]
+            ls = jnp.zeros_like(total)
+            dk = F32(1.0)
+            for k in range(1, spec.lookahead + 1):
+                dk = dk * decay
+                ls = ls + _mul(jnp.roll(total, -k, axis=1) / n_e, dk, zero)
+            score = jnp.where(qm > 0, ls[:, :, None] + qm.astype(F32), 0.0)
+        flat = jnp.argmax(score.reshape(d_, nb * nu), axis=1).astype(I32)
+        picks.append((flat // nu, flat % nu))
+    if len(picks) == 1:
+        return picks[0]
+    b = jnp.select([sched == 0, sched == 1], [picks[0][0], picks[1][0]], picks[2][0])
+    u = jnp.select([sched == 0, sched == 1], [picks[0][1], picks[1][1]], picks[2][1])
+    return b, u
 
 
 def init(spec: Spec, st: Stream) -> State:
@@ -344,13 +360,13 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     q = jnp.zeros((nb, spec.num_units), I32).at[blk, s.unit].add(elig.astype(I32))
     ids = jnp.arange(d_, dtype=I32)
     on = cs.gpu_of_unit[None, :] == ids[:, None]  # [D, U]
-    b_sel, u_sel = _select(spec, q, on, st.decay, cs.one)
+    b_sel, u_sel = _select(spec, q, on, st.decay, cs.zero, st.sched)
     batch0 = elig & (blk == b_sel[gpu]) & (s.unit == u_sel[gpu])
     mine = gpu[None] == ids[:, None, None]  # [D, C, K]
     n = (mine & batch0[None]).sum((1, 2), dtype=I32)
     is_att = u_sel < a_
     ctx = jnp.where(mine[:, :, 0] & batch0[None, :, 0], (s.inp + s.done)[None], 0).sum(1)
-    dur = _layer_ticks(cs.cost, n, ctx, is_att, cs.one)
+    dur = _layer_ticks(cs.cost, n, ctx, is_att, cs.zero)
     end = jnp.where(cand, start + dur, BIG)
     horizon = end.min()
     # caps: the next admission (ties to admission); a blocked head's first possible release
@@ -371,7 +387,7 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     src = jnp.where(att_mv, gpu[:, :1], gpu)
     dst = jnp.where(att_mv, cs.exp_gpu[experts], cs.att_gpu[s.rank][:, None])
     cnt = jnp.zeros((d_, d_), I32).at[src, dst].add(mv.astype(I32))
-    xfer = _ticks(cs.lat[src, dst] + _mul(cnt[src, dst].astype(F32), cs.ptok[src, dst], cs.one))
+    xfer = _ticks(cs.lat[src, dst] + _mul(cnt[src, dst].astype(F32), cs.ptok[src, dst], cs.zero))
     arrive = jnp.where(mv, end[src] + xfer, 0)
     sstate = jnp.where(att_mv, 1, jnp.where(exp_mv, 2, s.sstate))
     unit = jnp.where(att_mv, a_ + experts, s.unit)
@@ -472,66 +488,84 @@ def consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, cost, lat, ptok, cdf, w0=0, w1=
         lat=np.asarray(lat, np.float32), ptok=np.asarray(ptok, np.float32),
         cdf=np.asarray(cdf, np.float32), w0=np.int32(min(int(w0), BIG)),
         w1=np.int32(min(int(w1), BIG)), bin_ticks=np.int32(bin_ticks),
-        itl_edges=edges, itl_lo=lo, series_ticks=np.int32(series_ticks), one=np.float32(1.0))
+        itl_edges=edges, itl_lo=lo, series_ticks=np.int32(series_ticks), zero=np.int32(0))
 
 
-def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
-             sched, nb_, k_, a_, d_, gpu_of_unit, att_gpu, exp_gpu, kvcap,
-             cost, lat, ptok, cdf, seed, decay, lookahead, max_events, init_block, init_done,
-             w0, w1, bin_ticks, itl_edges, tok_bins, itl_hist, conc_cap, *, jit: bool = True):
-    """`core.simulate`'s inputs and outputs (open loop), run in rounds on the JAX backend.
-
-    `conc_cap` sizes the request slots (C). Ticks go through int32 (BIG_TICK = never):
-    horizons past 2^31 - 1 µs (35 min) are out of range. Returns core's tuple with
-    int64 arrays and core.BIG for "never"; `tok_bins` / `itl_hist` are filled in place.
-    """
-    from moejax.systems.amoe import core
-
+def prepare(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
+            sched, nb_, k_, a_, d_, gpu_of_unit, att_gpu, exp_gpu, kvcap,
+            cost, lat, ptok, cdf, seed, decay, lookahead, max_events, init_block, init_done,
+            w0, w1, bin_ticks, itl_edges, tok_bins, itl_hist, conc_cap, *,
+            sched_per_stream: bool = False):
+    """(Spec, Consts, Stream) of one `core.simulate` call (open loop; see `simulate`)."""
     del horizon, new_inp, new_outl
     if int(closed) > 0:
         raise ConfigError("closed = N: the rounds path runs open-loop streams only "
                           "(use core.simulate for the closed loop)")
     if len(init_block) or len(init_done):
         raise ConfigError("init_block / init_done: the rounds path starts requests at block 0")
-    n = int(n_req0)
-    r = int(len(arrival))
-    arr = np.asarray(arrival, np.int64)[:r]
-    if n and arr[:n].max() >= BIG:
-        raise ConfigError(f"arrival: ticks up to {BIG} (int32 µs); got {arr[:n].max()}")
     if len(itl_hist) != len(itl_edges) + 1:
         raise ConfigError("itl_hist: needs len(itl_edges) + 1 bins")
+    n = int(n_req0)
+    r = max(int(len(arrival)), 1)
+    arr = np.zeros(r, np.int64)
+    arr[:len(arrival)] = np.asarray(arrival, np.int64)
+    if n and arr[:n].max() >= BIG:
+        raise ConfigError(f"arrival: ticks up to {BIG} (int32 µs); got {arr[:n].max()}")
     cs = consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, np.asarray(cost, np.float32), lat,
                 ptok, cdf, w0, w1, bin_ticks, np.asarray(itl_edges, np.int64))
     spec = Spec(num_blocks=int(nb_), top_k=int(k_), num_ranks=int(a_),
                 num_devices=int(d_), num_units=len(gpu_of_unit),
-                slots=max(1, min(int(conc_cap), max(n, 1))), requests=max(r, 1),
-                sched=int(sched), lookahead=int(lookahead), tok_bins=len(tok_bins),
-                itl_bins=len(itl_hist), itl_span=len(cs.itl_edges) - len(itl_hist))
-    pad = np.zeros(max(r, 1) - r, np.int64)
-    st = Stream(arrival=np.concatenate([np.minimum(arr, BIG), pad]).astype(np.int32),
-                inp=np.concatenate([np.asarray(inp)[:r], pad]).astype(np.int32),
-                outl=np.concatenate([np.asarray(outl)[:r], pad]).astype(np.int32),
-                n_req=np.int32(n), seed=np.uint32(seed), decay=np.float32(decay),
+                slots=max(1, min(int(conc_cap), max(n, 1))), requests=r,
+                sched=-1 if sched_per_stream else int(sched), lookahead=int(lookahead),
+                tok_bins=len(tok_bins), itl_bins=len(itl_hist),
+                itl_span=len(cs.itl_edges) - len(itl_hist))
+
+    def pad(x):
+        out = np.zeros(r, np.int32)
+        out[:len(x)] = np.minimum(np.asarray(x, np.int64), BIG)
+        return out
+
+    st = Stream(arrival=pad(arr), inp=pad(inp), outl=pad(outl), n_req=np.int32(n),
+                seed=np.uint32(seed), decay=np.float32(decay), sched=np.int32(sched),
                 max_events=np.int32(min(int(max_events), BIG)))
+    return spec, cs, st
+
+
+def unpack(spec: Spec, s: State, st: Stream, tok_bins=None, itl_hist=None):
+    """`core.simulate`'s result tuple from a final State (int64, core.BIG for never)."""
+    from moejax.systems.amoe import core
+
+    n = int(st.n_req)
+    complete, first, last, done = (np.asarray(x) for x in outputs(spec, s))
+    s = jax.tree_util.tree_map(np.asarray, s)
+    if s.overflow:
+        raise ConfigError(f"conc_cap = {spec.slots}: more requests hold KV at once; raise it")
+    if tok_bins is not None:
+        tok_bins[:] = s.tok_bins
+    if itl_hist is not None:
+        itl_hist[:] = s.itl_hist
+
+    def i64(x, big=False):
+        x = np.asarray(x)[:n].astype(np.int64)
+        return np.where(x >= BIG, core.BIG, x) if big else x
+
+    return (i64(complete, True), i64(first), i64(last), i64(done), i64(s.o_rank),
+            i64(s.o_admitted, True), i64(st.arrival), i64(st.outl), s.busy.astype(np.int64),
+            s.execs.astype(np.int64), s.ntok.astype(np.int64), int(s.events),
+            int(s.clock), n, int(s.itl_sum), int(s.itl_n), 0)
+
+
+def simulate(*args, jit: bool = True):
+    """`core.simulate`'s inputs and outputs (open loop), run in rounds on the JAX backend.
+
+    `conc_cap` (the last argument) sizes the request slots (C). Ticks go through int32
+    (BIG_TICK = never): arrivals past 2^31 - 1 µs (35 min) are refused. Returns core's
+    tuple; `tok_bins` / `itl_hist` are filled in place.
+    """
+    spec, cs, st = prepare(*args)
     if jit:
         ini, adv = compiled(spec)
         s = adv(cs, st, ini(st), BIG)
     else:
         s = run(spec, cs, st)
-    complete, first, last, done = (np.asarray(x) for x in outputs(spec, s))
-    s = jax.tree_util.tree_map(np.asarray, s)
-    if s.overflow:
-        raise ConfigError(f"conc_cap = {conc_cap}: more requests hold KV at once; raise it")
-    tok_bins[:] = s.tok_bins
-    itl_hist[:] = s.itl_hist
-
-    def big(x):
-        x = x[:n].astype(np.int64)
-        return np.where(x >= BIG, core.BIG, x)
-
-    return (big(complete), first[:n].astype(np.int64), last[:n].astype(np.int64),
-            done[:n].astype(np.int64),
-            s.o_rank[:n].astype(np.int64), big(s.o_admitted), arr[:n].copy(),
-            np.asarray(outl, np.int64)[:n].copy(), s.busy.astype(np.int64),
-            s.execs.astype(np.int64), s.ntok.astype(np.int64), int(s.events),
-            int(s.clock), n, int(s.itl_sum), int(s.itl_n), 0)
+    return unpack(spec, s, st, args[31], args[32])
