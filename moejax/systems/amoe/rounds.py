@@ -569,3 +569,88 @@ def simulate(*args, jit: bool = True):
     else:
         s = run(spec, cs, st)
     return unpack(spec, s, st, args[31], args[32])
+
+
+def from_aep(cfg, streams, keys, decay, *, slots: int | None = None):
+    """(Spec, Consts, Stream [T]) of `aep.build(cfg)` runs: the old JAX path's conventions.
+
+    streams: RequestStream leaves [T, R] (real requests a prefix, `mask`); keys [T] give
+    the routing seeds (`aep.stream_seed`); decay: scalar or [T]. ITL histogram on
+    `config.itl_bin_edges_s` (float32 ticks, as aep.py bins them), completions and queue
+    depth per `cfg.bin_ticks` series bin. slots: the concurrency cap C (default R).
+    """
+    from moejax.systems.amoe import aep, config
+    from moejax.systems.amoe.steady import _cost
+
+    arrival = np.asarray(aep.stream_ticks(np, np.asarray(streams.arrival_s)), np.int32)
+    t_, r_ = arrival.shape
+    mask = np.asarray(streams.mask, bool)
+    n_req = np.where(mask.all(1), r_, np.argmin(mask, 1)).astype(np.int32)
+    seeds = np.asarray(jax.vmap(aep.stream_seed)(keys), np.uint32)
+    sched = {"defrag": 0, "mtfs": 1, "flfs": 2}[cfg.scheduler]
+    edges = config.itl_bin_edges_s() / np.float32(config.TICK_S)
+    cs = consts(cfg.gpu_of_unit, cfg.attention_gpus, cfg.expert_gpus, cfg.kv_capacity_tokens,
+                np.asarray(_cost(cfg), np.float32), cfg.lat_s, cfg.per_token_s, cfg.cdf,
+                itl_edges=edges.astype(np.float32), series_ticks=cfg.bin_ticks)
+    spec = Spec(num_blocks=cfg.num_blocks, top_k=cfg.model.top_k, num_ranks=cfg.num_ranks,
+                num_devices=cfg.num_devices, num_units=cfg.num_units,
+                slots=int(slots or r_), requests=r_, sched=sched, lookahead=cfg.lookahead,
+                tok_bins=1, itl_bins=config.NUM_ITL_BINS,
+                itl_span=len(cs.itl_edges) - config.NUM_ITL_BINS, series=cfg.num_bins)
+    st = Stream(arrival=arrival, inp=np.asarray(streams.input_len, np.int32),
+                outl=np.asarray(streams.output_len, np.int32), n_req=n_req, seed=seeds,
+                decay=np.broadcast_to(np.asarray(decay, np.float32), (t_,)).copy(),
+                sched=np.full(t_, sched, np.int32), max_events=np.full(t_, BIG, np.int32))
+    return spec, cs, st
+
+
+def aep_state(spec: Spec, s: State, st: Stream, mask):
+    """An `aep.AEPState` of a final rounds State (the fields `aep.metrics` reads)."""
+    from moejax.systems.amoe import aep
+
+    complete, first, last, done = outputs(spec, s)
+    fin = complete < BIG
+    zr = jnp.zeros(spec.requests, I32)
+    zrk = jnp.zeros((spec.requests, spec.top_k), I32)
+    return aep.AEPState(
+        arrival=st.arrival, input_len=st.inp, output_len=st.outl, mask=mask, seed=st.seed,
+        clock=s.clock, next_req=s.next_req, gpu_free=s.gpu_free, rank=s.o_rank,
+        admitted=s.o_admitted, phase=jnp.where(fin, 2, jnp.where(s.o_rank >= 0, 0, -1)),
+        block=zr, tokens_done=done, slot_unit=zrk, slot_state=zrk, slot_ready=zrk,
+        release=complete, first_tok=first, last_tok=last, complete=complete,
+        itl_hist=s.itl_hist, busy=s.busy, execs=s.execs, exec_tokens=s.ntok,
+        done_bins=s.done_bins, qdepth=s.qdepth, qdepth_n=s.qdepth_n, events=s.events)
+
+
+def run_streams(cfg, params, streams, keys, *, params_batched: bool = False,
+                slots: int | None = None, chunk_rounds: int = 1 << 16,
+                max_steps: int = 50_000_000, return_state: bool = False, progress=None):
+    """`runner.run_streams` for an `aep.build(cfg)` system, in rounds (same metrics)."""
+    from moejax.errors import MoejaxError
+    from moejax.systems.amoe import aep
+
+    decay = np.asarray(params.decay, np.float32)
+    spec, cs, st = from_aep(cfg, streams, keys, decay if params_batched else decay.item(),
+                            slots=slots)
+    say = progress or (lambda text: None)
+    say("compiling")
+    ini, adv = compiled(spec, batched=True)
+    s = ini(st)
+    limit = 0
+    while True:
+        limit += chunk_rounds
+        s = adv(cs, st, s, limit)
+        stop = np.asarray(s.stop)
+        ev = int(np.asarray(s.events).sum())
+        say(f"{ev} events simulated, {int(stop.sum())} of {stop.size} streams done")
+        if stop.all():
+            break
+        if int(np.asarray(s.events).max()) >= max_steps:
+            raise MoejaxError(f"aep-{cfg.scheduler}: streams not done after max_steps = "
+                              f"{max_steps} events; raise max_steps or lower the load")
+    if np.asarray(s.overflow).any():
+        raise MoejaxError(f"slots = {spec.slots}: more requests held KV at once; raise slots")
+    mask = jnp.asarray(streams.mask, bool)
+    state = jax.jit(jax.vmap(functools.partial(aep_state, spec)))(s, st, mask)
+    out = jax.jit(jax.vmap(functools.partial(aep.metrics, cfg)))(state)
+    return (out, state) if return_state else out
