@@ -580,7 +580,6 @@ def from_aep(cfg, streams, keys, decay, *, slots: int | None = None):
     depth per `cfg.bin_ticks` series bin. slots: the concurrency cap C (default R).
     """
     from moejax.systems.amoe import aep, config
-    from moejax.systems.amoe.steady import _cost
 
     arrival = np.asarray(aep.stream_ticks(np, np.asarray(streams.arrival_s)), np.int32)
     t_, r_ = arrival.shape
@@ -590,7 +589,7 @@ def from_aep(cfg, streams, keys, decay, *, slots: int | None = None):
     sched = {"defrag": 0, "mtfs": 1, "flfs": 2}[cfg.scheduler]
     edges = config.itl_bin_edges_s() / np.float32(config.TICK_S)
     cs = consts(cfg.gpu_of_unit, cfg.attention_gpus, cfg.expert_gpus, cfg.kv_capacity_tokens,
-                np.asarray(_cost(cfg), np.float32), cfg.lat_s, cfg.per_token_s, cfg.cdf,
+                [getattr(cfg.cost, f) for f in COST_FIELDS], cfg.lat_s, cfg.per_token_s, cfg.cdf,
                 itl_edges=edges.astype(np.float32), series_ticks=cfg.bin_ticks)
     spec = Spec(num_blocks=cfg.num_blocks, top_k=cfg.model.top_k, num_ranks=cfg.num_ranks,
                 num_devices=cfg.num_devices, num_units=cfg.num_units,
