@@ -628,6 +628,9 @@ def run_streams(cfg, params, streams, keys, *, params_batched: bool = False,
     from moejax.errors import MoejaxError
     from moejax.systems.amoe import aep
 
+    if np.shape(streams.arrival_s)[1:] != (cfg.num_requests,):
+        raise ConfigError(f"stream: expected {cfg.num_requests} requests (num_requests), got "
+                          f"{np.shape(streams.arrival_s)[1:]}")
     decay = np.asarray(params.decay, np.float32)
     spec, cs, st = from_aep(cfg, streams, keys, decay if params_batched else decay.item(),
                             slots=slots)
