@@ -54,7 +54,8 @@ def _core_runs(kind, top_k):
                 fast = steady.run_open(cfg, *stream, seed, decay)
             finally:
                 core.simulate = real
-            slow = steady.run_open(cfg, *stream, seed, decay, plain=True)
+            # the plain-Python form is slow: once per scheduler (test_amoe_core has more)
+            slow = steady.run_open(cfg, *stream, seed, decay, plain=True) if seed == 11 else None
             runs.append((fast, slow, args[0]))
     return runs
 
@@ -102,7 +103,8 @@ def test_rounds_equal_core_and_plain(kind, top_k, batched):
     for i, ((fast, slow, args), s) in enumerate(zip(runs, outs, strict=True)):
         got = _result(spec, s, streams[i], args)
         for k in KEYS:
-            np.testing.assert_array_equal(fast[k], slow[k], err_msg=f"plain {k}")
+            if slow is not None:
+                np.testing.assert_array_equal(fast[k], slow[k], err_msg=f"plain {k}")
             np.testing.assert_array_equal(got[k], fast[k], err_msg=f"rounds {k} run {i}")
         assert got["tokens_done"].sum() == fast["output_len"].sum()
         assert int(s.rounds) < int(s.events)  # launches were batched into rounds
