@@ -626,7 +626,6 @@ def run_streams(cfg, params, streams, keys, *, params_batched: bool = False,
                 max_steps: int = 50_000_000, return_state: bool = False, progress=None):
     """`runner.run_streams` for an `aep.build(cfg)` system, in rounds (same metrics)."""
     from moejax.errors import MoejaxError
-    from moejax.systems.amoe import aep
 
     if np.shape(streams.arrival_s)[1:] != (cfg.num_requests,):
         raise ConfigError(f"stream: expected {cfg.num_requests} requests (num_requests), got "
@@ -652,7 +651,17 @@ def run_streams(cfg, params, streams, keys, *, params_batched: bool = False,
                               f"{max_steps} events; raise max_steps or lower the load")
     if np.asarray(s.overflow).any():
         raise MoejaxError(f"slots = {spec.slots}: more requests held KV at once; raise slots")
-    mask = jnp.asarray(streams.mask, bool)
-    state = jax.jit(jax.vmap(functools.partial(aep_state, spec)))(s, st, mask)
-    out = jax.jit(jax.vmap(functools.partial(aep.metrics, cfg)))(state)
+    state, out = _finisher(spec, cfg)(s, st, jnp.asarray(streams.mask, bool))
     return (out, state) if return_state else out
+
+
+@functools.lru_cache(maxsize=32)
+def _finisher(spec: Spec, cfg):
+    """jit(vmap) of final State -> (AEPState, aep.metrics), compiled once per config."""
+    from moejax.systems.amoe import aep
+
+    def one(s, st, mask):
+        state = aep_state(spec, s, st, mask)
+        return state, aep.metrics(cfg, state)
+
+    return jax.jit(jax.vmap(one))
