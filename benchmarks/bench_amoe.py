@@ -13,6 +13,13 @@ stream (default 4,096), and both events/s and their ratio are printed from the o
 
     python benchmarks/bench_amoe.py --core --requests 2000 --events 4096
 
+With `--rounds`, one run times the exact CPU core (whole stream), the JAX simulation in
+rounds (`systems/amoe/rounds.py`, the accelerator path) on 1 and `--batch` streams over
+`--chunk-rounds` rounds, and the old one-event-per-step scan path over `--events` events,
+all on stream 0 of the same batch, and prints each one's ratio to the old path:
+
+    python benchmarks/bench_amoe.py --rounds --requests 2000 --batch 64 --device cpu
+
 With `--events N` each run is timed over N events per stream only (after a warm-up chunk
 of N that compiles and advances the state), the reference over N events of one stream, and
 streams/s is *projected* as events/s divided by `--events-per-stream` (an estimate the
@@ -49,11 +56,18 @@ def main() -> None:
                     help="with --events: reference events to time (default --events)")
     ap.add_argument("--core", action="store_true",
                     help="exact CPU core vs the JAX path on the same stream (events/s)")
+    ap.add_argument("--rounds", action="store_true",
+                    help="CPU core, rounds path (1 and --batch streams), old scan path")
+    ap.add_argument("--batch", type=int, default=64, help="streams of the batched rounds run")
+    ap.add_argument("--chunk-rounds", type=int, default=2000,
+                    help="rounds timed per rounds run (after a warm-up chunk as long)")
     _device.add_argument(ap)
     args = ap.parse_args()
     _device.select(args.device)
     if args.core:
         return core_vs_jax(args)
+    if args.rounds:
+        return rounds_vs_all(args)
     if args.events:
         return partial(args)
     print(f"backend: {jax.default_backend()}, devices: {jax.devices()}")
@@ -163,6 +177,69 @@ def core_vs_jax(args) -> None:
           f"({jct:.2f} CPU-s): {jev / jdt:12.0f} events/s wall, {jev / jct:12.0f} per CPU-s")
     print(f"core / JAX: {ev / dt / (jev / jdt):.0f}x (wall), {ev / ct / (jev / jct):.0f}x "
           f"(CPU time); the JAX path's events/s is over events {e0}-{e0 + jev} of the stream")
+
+
+def rounds_vs_all(args) -> None:
+    """Events/s of the CPU core (whole stream), the rounds path (1 and `--batch` streams,
+    `--chunk-rounds` rounds after as many to warm up) and the old scan path (`--events`
+    events), on stream 0 of the same batch; wall and CPU time (CPU time is the fair
+    measure on a loaded machine)."""
+    from moejax.systems.amoe import rounds, steady
+
+    model = load_model("mixtral-8x7b")
+    cfg = system_cfg(model, args)
+    system, params, _ = serve.build("a100x8-nvswitch", model, args.policy, args.requests,
+                                    top_k=args.top_k)
+    t_ = max(int(args.batch), 1)
+    st = serve.streams(jax.random.key(0), num_streams=t_, num_requests=args.requests,
+                       rate_per_s=args.rate, workload="medium")
+    keys = jax.random.split(jax.random.key(1), t_)
+    decay = float(params.decay)
+    print(f"backend: {jax.default_backend()}; {args.requests}-request medium streams at "
+          f"{args.rate}/s, {args.policy}, top-{args.top_k}, a100x8-nvswitch")
+    rates = {}
+
+    def show(name, ev, dt, ct, note=""):
+        rates[name] = (ev / dt, ev / ct)
+        print(f"{name:16s} {ev:9d} events {dt:8.2f} s wall {ct:8.2f} CPU-s: "
+              f"{ev / dt:10.0f} events/s wall {ev / ct:10.0f} per CPU-s {note}")
+
+    one = jax.tree_util.tree_map(lambda x: x[:1], st)
+    arr = [np.asarray(x[0]) for x in (st.arrival_s, st.input_len, st.output_len)]
+    seed = int(aep.stream_seed(keys[0]))
+    steady.run_open(cfg, *[a[:20] for a in arr], seed)  # compile (or load the cache)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = steady.run_open(cfg, *arr, seed, decay)
+    show("cpu core", int(res["events"]), time.perf_counter() - t0, time.process_time() - c0,
+         "(whole stream)")
+    for n in (1, t_) if t_ > 1 else (1,):
+        spec, cs, rst = rounds.from_aep(cfg, one if n == 1 else st, keys[:n], decay)
+        ini, adv = rounds.compiled(spec, batched=True)
+        s = adv(cs, rst, ini(rst), args.chunk_rounds)  # compile + warm-up chunk
+        jax.block_until_ready(s)
+        e0, r0 = int(np.asarray(s.events).sum()), int(np.asarray(s.rounds).max())
+        t0, c0 = time.perf_counter(), time.process_time()
+        s = adv(cs, rst, s, r0 + args.chunk_rounds)
+        jax.block_until_ready(s)
+        dt, ct = time.perf_counter() - t0, time.process_time() - c0
+        ev = int(np.asarray(s.events).sum()) - e0
+        r = int(np.asarray(s.rounds).max()) - r0
+        show(f"rounds x{n}", ev, dt, ct, f"({r} rounds, {ev / max(r, 1) / n:.1f} events per "
+             f"round per stream, C = {spec.slots})")
+    m = int(args.events or 4096)
+    init, step_chunk, _ = runner._compiled(system, m)
+    state, _ = step_chunk(params, init(params, one, keys[:1]))  # compile + first chunk
+    jax.block_until_ready(state)
+    e0 = int(np.asarray(state.events).sum())
+    t0, c0 = time.perf_counter(), time.process_time()
+    state, _ = step_chunk(params, state)
+    jax.block_until_ready(state)
+    show("old scan path", int(np.asarray(state.events).sum()) - e0, time.perf_counter() - t0,
+         time.process_time() - c0, f"(events {e0}-{e0 + m})")
+    old = rates["old scan path"]
+    for name, (w, c) in rates.items():
+        if name != "old scan path":
+            print(f"{name:16s} / old scan path: {w / old[0]:8.1f}x wall {c / old[1]:8.1f}x CPU")
 
 
 def warm_up(system, params, st, chunk: int) -> None:

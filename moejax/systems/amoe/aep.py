@@ -26,6 +26,7 @@ block 0 (the sampler is part of the first attention layer, §3.2).
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -400,8 +401,13 @@ def build(cfg: AEPConfig, num_steps: int = 1) -> System:
         del outs
         return metrics(cfg, s)
 
-    return System(name=f"aep-{cfg.scheduler}", init=init, step=step, finish=finish,
-                  num_steps=num_steps, is_done=is_done)
+    system = System(name=f"aep-{cfg.scheduler}", init=init, step=step, finish=finish,
+                    num_steps=num_steps, is_done=is_done)
+    CONFIGS[system] = cfg  # runner.run_streams runs it in rounds (`rounds.py`)
+    return system
+
+
+CONFIGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # System -> AEPConfig
 
 
 def metrics(cfg: AEPConfig, s: AEPState) -> dict:

@@ -38,18 +38,31 @@ def _compiled(system: System, chunk_steps: int, params_batched: bool = False):
 
 def run_streams(system: System, params, streams, key=None, *, chunk_steps: int = 2048,
                 max_steps: int = 50_000_000, return_state: bool = False, keys=None,
-                params_batched: bool = False, progress=None):
+                params_batched: bool = False, progress=None, backend: str = "rounds"):
     """Metrics with a leading `[T]` axis for `streams` (a RequestStream batch, leaves [T, R]).
 
     Stream t uses `jax.random.split(key, T)[t]` (or `keys[t]` if given). params_batched:
     params leaves carry the same leading [T] axis (stream t runs with params[t], e.g. a
     sweep over a scheduler knob). Raises MoejaxError if some stream is not done after
     `max_steps` events. progress(text): told "compiling" first, then after each chunk of
-    events how many were simulated and how many streams are done.
+    events how many were simulated and how many streams are done. backend: "rounds" runs
+    an AEP system (`aep.build`) in rounds (`rounds.py`: exact, the same metrics, faster; a
+    `return_state` state then holds the fields `aep.metrics` reads); "scan" runs one event
+    per scan step (every other system always does).
     """
     key = jax.random.key(0) if key is None else key
     n = int(np.shape(streams.arrival_s)[0])
     keys = jax.random.split(key, n) if keys is None else keys
+    if backend == "rounds":  # an AEP system: the exact simulation in rounds (rounds.py)
+        from moejax.systems.amoe import aep, rounds
+
+        cfg = aep.CONFIGS.get(system)
+        if cfg is not None:
+            return rounds.run_streams(cfg, params, streams, keys, params_batched=params_batched,
+                                      max_steps=max_steps, return_state=return_state,
+                                      progress=progress)
+    elif backend != "scan":
+        raise MoejaxError(f"backend = {backend!r}; allowed: rounds, scan")
     init, chunk, finish = _compiled(system, int(chunk_steps), bool(params_batched))
     say = progress or (lambda text: None)
     say("compiling")

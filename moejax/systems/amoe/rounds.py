@@ -1,0 +1,667 @@
+"""Exact AEP event simulation in rounds: the accelerator path (JAX), equal to `core.py`.
+
+The rules are those of `core.simulate` (002 §3.1 admission, §3.2 executor / dispatcher /
+token pool, §3.4 schedulers, §3.5 messages); the schedule of the computation is the
+review's §7.4 B (shared/reviews/amoe.md): one `lax.while_loop` step is a *round*,
+
+1. batched admissions (§3.1): every head-of-line request that fits and arrives no later
+   than the earliest launch is admitted (ties go to admission, as in the core);
+2. every GPU's candidate launch (start s_g, scheduler choice, duration d_g) in one
+   vectorized pass; all GPUs with s_g < H = min_g (s_g + d_g) launch together.
+
+Why a round is exact: an output of any launch arrives at or after its end, so no launch
+of the round can add a ready token to a queue another launch of the round reads (their
+starts are < H <= every end); each GPU launches at most once (its next start is >= its
+end >= H); merges, emissions and KV releases of the round fall at or after H, after
+every start of the round. Two event orders still matter and cap the round:
+
+* the next admission at t: only launches with s_g < t go (a tie goes to admission);
+* a blocked head-of-line request (its KV does not fit) is admitted right after the first
+  event at which a pending release lets it fit: launches go up to and including the first
+  one, in (start, GPU id) order, at or after the earliest pending release tick.
+
+State is sized by concurrency: C request slots (recycled once a finished request's KV is
+released), K token slots each, fed from the stream by a pointer; the per-request outputs
+[R] are written once per emission / completion. `simulate` takes the inputs of
+`core.simulate` (open loop) and returns its tuple; `run_streams` gives the old JAX path's
+per-stream metrics (`aep.metrics`), vmapped over streams.
+
+Not covered: the closed loop (`closed > 0`), whose resubmitted request ids follow the
+core's heap order among equal ready ticks, and `max_events` below the stream's total
+(rounds stop at the first round boundary past it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from moejax.errors import ConfigError
+from moejax.systems.amoe import routing
+from moejax.systems.amoe.config import BIG_TICK
+
+BIG = np.int32(BIG_TICK)
+I32 = jnp.int32
+F32 = jnp.float32
+COST_FIELDS = ("exp_comp", "exp_weight", "exp_act", "exp_fixed", "att_comp", "att_ctx_comp",
+               "att_weight", "att_kv", "att_act", "att_fixed", "att_per_token")
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """Static shapes and choices of one compiled simulation (hashable)."""
+
+    num_blocks: int  # NB
+    top_k: int  # K
+    num_ranks: int  # A attention DP ranks
+    num_devices: int  # D
+    num_units: int  # U = A + E
+    slots: int  # C: concurrency cap (requests holding KV at once)
+    requests: int  # R: stream length (padded)
+    sched: int  # 0 defrag (Algorithm 1), 1 MTFS, 2 FLFS; -1: per stream (Stream.sched)
+    lookahead: int  # Algorithm 1's K
+    tok_bins: int  # emitted tokens per `bin_ticks` (core's tok_bins)
+    itl_bins: int  # len(itl_edges) + 1
+    itl_span: int = 1  # most ITL edges inside one log bucket (`itl_table`)
+    series: int = 0  # > 0: aep.metrics' done_bins / queue-depth series with this many bins
+
+
+@struct.dataclass
+class Consts:
+    """Per-configuration arrays shared by every stream (int32 ticks, float32 seconds)."""
+
+    gpu_of_unit: jax.Array  # [U]
+    att_gpu: jax.Array  # [A]
+    exp_gpu: jax.Array  # [E]
+    kvcap: jax.Array  # () KV tokens per attention rank
+    cost: jax.Array  # [11] float32 (COST_FIELDS)
+    lat: jax.Array  # [D, D] float32 s
+    ptok: jax.Array  # [D, D] float32 s per token
+    cdf: jax.Array  # [NB, E] float32
+    w0: jax.Array  # () ITL window [w0, w1)
+    w1: jax.Array
+    bin_ticks: jax.Array  # () ticks per tok_bins bin
+    itl_edges: jax.Array  # [H + span] int32 ITL histogram inner edges, BIG-padded
+    itl_lo: jax.Array  # [KEYS] edges below each log bucket (`itl_table`)
+    series_ticks: jax.Array  # () ticks per series bin
+    zero: jax.Array  # () int32 0, a runtime value (see `_mul`)
+
+
+@struct.dataclass
+class Stream:
+    """One request stream (leaves get a leading [T] axis under vmap)."""
+
+    arrival: jax.Array  # [R] int32 ticks, nondecreasing
+    inp: jax.Array  # [R]
+    outl: jax.Array  # [R]
+    n_req: jax.Array  # () real requests (a prefix)
+    seed: jax.Array  # () uint32 routing seed
+    decay: jax.Array  # () float32 Algorithm 1 delta
+    sched: jax.Array  # () int32 scheduler when Spec.sched == -1
+    max_events: jax.Array  # () stop at the first round boundary past this
+
+
+@struct.dataclass
+class State:
+    # request slots [C]
+    req: jax.Array
+    rank: jax.Array
+    block: jax.Array
+    done: jax.Array
+    inp: jax.Array
+    outl: jax.Array
+    phase: jax.Array  # -1 free, 0 attention, 1 experts, 2 finished (KV until release)
+    release: jax.Array  # KV release tick (BIG while running)
+    last: jax.Array
+    first: jax.Array
+    # token slots [C, K]
+    unit: jax.Array
+    sstate: jax.Array  # 0 idle, 1 pending (in flight or queued), 2 in the token pool
+    ready: jax.Array
+    # GPUs [D]
+    gpu_free: jax.Array
+    busy: jax.Array
+    execs: jax.Array
+    ntok: jax.Array
+    # outputs [R]
+    o_complete: jax.Array
+    o_first: jax.Array
+    o_last: jax.Array
+    o_done: jax.Array
+    o_rank: jax.Array
+    o_admitted: jax.Array
+    # scalars
+    clock: jax.Array
+    next_req: jax.Array
+    events: jax.Array
+    rounds: jax.Array
+    finished: jax.Array
+    itl_sum: jax.Array
+    itl_n: jax.Array
+    overflow: jax.Array  # a request fitted but no slot was free (raise C)
+    stop: jax.Array
+    # accumulators
+    tok_bins: jax.Array  # [TB]
+    itl_hist: jax.Array  # [H + 1]
+    done_bins: jax.Array  # [S] (spec.series)
+    qdepth: jax.Array  # [S, NB]
+    qdepth_n: jax.Array  # [S]
+
+
+def _ticks(secs):
+    """config.to_ticks / core._ticks: ceil(seconds x 1e6) in float32."""
+    return jnp.ceil(secs * F32(1.0 / 1e-6)).astype(I32)
+
+
+def _mul(a, b, zero):
+    """float32 a x b rounded on its own, as numba / numpy do.
+
+    XLA:CPU contracts `x + a * b` into one fused multiply-add (a single rounding), and
+    reassociates products with scalars, which moves a duration across a tick boundary now
+    and then. The product's bits pass through an integer add of a runtime 0 (`Consts.zero`,
+    unknown to the compiler), so it is rounded before any sum it enters.
+    """
+    p = jax.lax.bitcast_convert_type(a * b, I32) + zero
+    return jax.lax.bitcast_convert_type(p, F32)
+
+
+def _layer_ticks(cost, n, ctx, is_att, zero):
+    """Duration ticks of a launch of n tokens (attention: ctx KV tokens), core's float32."""
+    (exp_comp, exp_weight, exp_act, exp_fixed, att_comp, att_ctx_comp, att_weight, att_kv,
+     att_act, att_fixed, att_per_token) = (cost[i] for i in range(len(COST_FIELDS)))
+    nf = n.astype(F32)
+    cf = ctx.astype(F32)
+    comp = _mul(nf, att_comp, zero) + _mul(cf, att_ctx_comp, zero)
+    mem = (att_weight + _mul(cf, att_kv, zero)) + _mul(nf, att_act, zero)
+    att = (jnp.maximum(comp, mem) + att_fixed) + _mul(nf, att_per_token, zero)
+    exp = jnp.maximum(_mul(nf, exp_comp, zero), exp_weight + _mul(nf, exp_act, zero)) + exp_fixed
+    return _ticks(jnp.where(is_att, att, exp))
+
+
+def _select(spec: Spec, q, on, decay, zero, sched):
+    """Per-GPU (block, unit) [D] chosen from queue counts q [NB, U] (core's tie rules).
+
+    spec.sched 0 / 1 / 2 compiles one scheduler; -1 computes all three and picks the
+    stream's `sched` (one compilation for a sweep over schedulers).
+    """
+    qm = jnp.where(on[:, None, :], q[None], 0)  # [D, NB, U]
+    d_, nb, nu = qm.shape
+    kinds = (spec.sched,) if spec.sched >= 0 else (0, 1, 2)
+    picks = []
+    for kind in kinds:
+        if kind == 2:  # FLFS: first block with a ready token, its fullest local queue
+            b = jnp.argmax(qm.sum(2) > 0, axis=1).astype(I32)
+            u = jnp.argmax(jnp.take_along_axis(qm, b[:, None, None], 1)[:, 0], axis=1)
+            picks.append((b, u.astype(I32)))
+            continue
+        if kind == 1:  # MTFS: the fullest queue, block-major first
+            score = qm.astype(F32)
+        else:  # Algorithm 1 (§3.4), float32 in the core's order
+            total = qm.sum(2).astype(F32)  # [D, NB]
+            n_e = on.sum(1).astype(F32)[:, None]
+            ls = jnp.zeros_like(total)
+            dk = F32(1.0)
+            for k in range(1, spec.lookahead + 1):
+                dk = dk * decay
+                ls = ls + _mul(jnp.roll(total, -k, axis=1) / n_e, dk, zero)
+            score = jnp.where(qm > 0, ls[:, :, None] + qm.astype(F32), 0.0)
+        flat = jnp.argmax(score.reshape(d_, nb * nu), axis=1).astype(I32)
+        picks.append((flat // nu, flat % nu))
+    if len(picks) == 1:
+        return picks[0]
+    b = jnp.select([sched == 0, sched == 1], [picks[0][0], picks[1][0]], picks[2][0])
+    u = jnp.select([sched == 0, sched == 1], [picks[0][1], picks[1][1]], picks[2][1])
+    return b, u
+
+
+def init(spec: Spec, st: Stream) -> State:
+    c, k, d, r = spec.slots, spec.top_k, spec.num_devices, spec.requests
+    zc = jnp.zeros(c, I32)
+    zck = jnp.zeros((c, k), I32)
+    zd = jnp.zeros(d, I32)
+    zr = jnp.zeros(r, I32)
+    s_ = max(spec.series, 1)
+    return State(
+        req=zc - 1, rank=zc, block=zc, done=zc, inp=zc, outl=zc, phase=zc - 1,
+        release=zc + BIG, last=zc, first=zc, unit=zck, sstate=zck, ready=zck,
+        gpu_free=zd, busy=zd, execs=zd, ntok=zd,
+        o_complete=zr + BIG, o_first=zr, o_last=zr, o_done=zr, o_rank=zr - 1,
+        o_admitted=zr + BIG,
+        clock=I32(0), next_req=I32(0), events=I32(0), rounds=I32(0), finished=I32(0),
+        itl_sum=I32(0), itl_n=I32(0), overflow=jnp.bool_(False),
+        stop=st.n_req <= 0,
+        tok_bins=jnp.zeros(spec.tok_bins, I32), itl_hist=jnp.zeros(spec.itl_bins, I32),
+        done_bins=jnp.zeros(s_, I32), qdepth=jnp.zeros((s_, spec.num_blocks), F32),
+        qdepth_n=jnp.zeros(s_, I32),
+    )
+
+
+ITL_M = 6  # log buckets: values < 64 exact, then 64 sub-buckets per power of two
+
+
+def _itl_key(v):
+    """Log bucket of int32 ticks v >= 0 (HDR-histogram style, integer ops only)."""
+    v = jnp.maximum(v, 0)
+    e = 31 - jax.lax.clz(jnp.maximum(v, 1))
+    shift = jnp.maximum(e - ITL_M, 0)
+    return jnp.where(e < ITL_M, v, (shift << ITL_M) + (v >> shift))
+
+
+def itl_table(edges):
+    """(lo [KEYS], span): edges below each bucket of `_itl_key`, most edges in one bucket.
+
+    searchsorted(edges, v, 'right') == lo[key(v)] + #{j < span: edges[lo + j] <= v}: the
+    edges in v's bucket are the next ones after lo (the review's integer-log ITL binning,
+    §7.4 B, exact for any sorted int edges).
+    """
+    e = np.asarray(edges, np.int64)
+    keys = np.arange((32 - ITL_M) << ITL_M, dtype=np.int64)
+    shift = np.maximum((keys >> ITL_M) - 1, 0)
+    top = np.where(keys < (1 << ITL_M), keys, keys - (shift << ITL_M))
+    bmin = np.where(keys < (1 << ITL_M), keys, top << shift)
+    bmax = np.where(keys < (1 << ITL_M), keys, ((top + 1) << shift) - 1)
+    lo = np.searchsorted(e, bmin, side="left")
+    hi = np.searchsorted(e, bmax, side="right")
+    return np.minimum(lo, len(e)).astype(np.int32), max(int((hi - lo).max(initial=0)), 1)
+
+
+def _itl_bin(spec: Spec, cs: Consts, v):
+    """searchsorted(itl_edges, v, side='right') for int32 ticks v (`itl_table`)."""
+    lo = cs.itl_lo[_itl_key(v)]
+    hb = lo
+    for j in range(spec.itl_span):
+        hb = hb + (cs.itl_edges[lo + j] <= v).astype(I32)
+    return hb
+
+
+def _starts(spec: Spec, cs: Consts, s: State):
+    """[D] earliest pending ready tick per GPU (BIG: none) and each token slot's GPU."""
+    gpu = cs.gpu_of_unit[s.unit]  # [C, K]
+    pend = s.sstate == 1
+    ids = jnp.arange(spec.num_devices, dtype=I32)[:, None, None]
+    earliest = jnp.where(pend[None] & (gpu[None] == ids), s.ready[None], BIG).min((1, 2))
+    return earliest, gpu, pend
+
+
+def _head(spec: Spec, cs: Consts, st: Stream, s: State):
+    """Head-of-line admission: (t_adm or BIG, rank, slot, has_slot, blocked, t_a)."""
+    hol = jnp.minimum(s.next_req, spec.requests - 1)
+    valid = s.next_req < st.n_req
+    t_a = jnp.maximum(st.arrival[hol], s.clock)
+    holding = (s.phase >= 0) & (s.release > t_a)
+    ranks = jnp.arange(spec.num_ranks, dtype=I32)[:, None]
+    used = jnp.where(holding[None] & (s.rank[None] == ranks), (s.inp + s.outl)[None], 0).sum(1)
+    free = cs.kvcap - used
+    best = jnp.argmax(free).astype(I32)
+    fits = free[best] >= st.inp[hol] + st.outl[hol]
+    slot = jnp.argmax(~holding).astype(I32)
+    has_slot = (~holding).any()
+    t_adm = jnp.where(valid & fits, t_a, BIG)
+    return t_adm, best, slot, has_slot, valid & ~fits, t_a
+
+
+def _admissions(spec: Spec, cs: Consts, st: Stream, s: State):
+    """Admit every head-of-line request with t_adm <= the earliest launch start (§3.1)."""
+    earliest, _, _ = _starts(spec, cs, s)
+
+    def lmin(earliest, gpu_free):
+        return jnp.where(earliest < BIG, jnp.maximum(gpu_free, earliest), BIG).min()
+
+    def cond(c):
+        s, earliest, (t_adm, _, _, has_slot, _, _) = c
+        return (t_adm < BIG) & (t_adm <= lmin(earliest, s.gpu_free)) & has_slot
+
+    def body(c):
+        s, earliest, (t_adm, best, slot, _, _, _) = c
+        r = s.next_req
+        g = cs.att_gpu[best]
+        kz = jnp.arange(spec.top_k) == 0
+        old = jnp.where(s.req[slot] >= 0, s.req[slot], spec.requests)  # recycled: its outputs
+        s = s.replace(
+            o_first=s.o_first.at[old].set(s.first[slot], mode="drop"),
+            o_complete=s.o_complete.at[old].set(s.release[slot], mode="drop"),
+            o_last=s.o_last.at[old].set(s.last[slot], mode="drop"),
+            o_done=s.o_done.at[old].set(s.done[slot], mode="drop"))
+        s = s.replace(
+            req=s.req.at[slot].set(r), rank=s.rank.at[slot].set(best),
+            block=s.block.at[slot].set(0), done=s.done.at[slot].set(0),
+            inp=s.inp.at[slot].set(st.inp[r]), outl=s.outl.at[slot].set(st.outl[r]),
+            phase=s.phase.at[slot].set(0), release=s.release.at[slot].set(BIG),
+            last=s.last.at[slot].set(0), first=s.first.at[slot].set(0),
+            unit=s.unit.at[slot].set(jnp.where(kz, best, 0)),
+            sstate=s.sstate.at[slot].set(kz.astype(I32)),
+            ready=s.ready.at[slot].set(jnp.where(kz, t_adm, 0)),
+            o_rank=s.o_rank.at[r].set(best), o_admitted=s.o_admitted.at[r].set(t_adm),
+            clock=t_adm, next_req=r + 1, events=s.events + 1,
+        )
+        earliest = earliest.at[g].min(t_adm)
+        return s, earliest, _head(spec, cs, st, s)
+
+    s, earliest, head = jax.lax.while_loop(cond, body, (s, earliest, _head(spec, cs, st, s)))
+    t_adm, _, _, has_slot, blocked, t_a = head
+    overflow = (t_adm < BIG) & ~has_slot
+    return s.replace(overflow=s.overflow | overflow), earliest, t_adm, blocked, t_a
+
+
+def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
+    a_, d_, k_, nb = spec.num_ranks, spec.num_devices, spec.top_k, spec.num_blocks
+    s, earliest, t_adm, blocked, t_a = _admissions(spec, cs, st, s)
+    gpu = cs.gpu_of_unit[s.unit]  # [C, K]
+    pend = s.sstate == 1
+    start = jnp.where(earliest < BIG, jnp.maximum(s.gpu_free, earliest), BIG)  # [D]
+    cand = start < BIG
+    elig = pend & (s.ready <= start[gpu])
+    blk = jnp.broadcast_to(s.block[:, None], s.unit.shape)
+    q = jnp.zeros((nb, spec.num_units), I32).at[blk, s.unit].add(elig.astype(I32))
+    ids = jnp.arange(d_, dtype=I32)
+    on = cs.gpu_of_unit[None, :] == ids[:, None]  # [D, U]
+    b_sel, u_sel = _select(spec, q, on, st.decay, cs.zero, st.sched)
+    batch0 = elig & (blk == b_sel[gpu]) & (s.unit == u_sel[gpu])
+    mine = gpu[None] == ids[:, None, None]  # [D, C, K]
+    n = (mine & batch0[None]).sum((1, 2), dtype=I32)
+    is_att = u_sel < a_
+    ctx = jnp.where(mine[:, :, 0] & batch0[None, :, 0], (s.inp + s.done)[None], 0).sum(1)
+    dur = _layer_ticks(cs.cost, n, ctx, is_att, cs.zero)
+    end = jnp.where(cand, start + dur, BIG)
+    horizon = end.min()
+    # caps: the next admission (ties to admission); a blocked head's first possible release
+    rel = jnp.where((s.phase == 2) & (s.release > t_a), s.release, BIG).min()
+    rho = jnp.where(blocked, rel, BIG)
+    late = cand & (start >= rho)
+    c_star = jnp.where(late, start, BIG).min()
+    g_star = jnp.where(late & (start == c_star), ids, d_).min()
+    before_rho = (start < c_star) | ((start == c_star) & (ids <= g_star))
+    go = cand & (start < horizon) & (start < t_adm) & before_rho  # [D]
+    batch = batch0 & go[gpu]
+    # dispatcher (§3.2): attention -> the K routed experts; expert -> the request's rank
+    experts = routing.choose_experts(jnp, st.seed, s.req, s.done, s.block, cs.cdf, k_)
+    att_row = batch[:, 0] & is_att[gpu[:, 0]]  # [C]
+    exp_mv = batch & ~is_att[gpu]  # [C, K]
+    att_mv = jnp.broadcast_to(att_row[:, None], s.unit.shape)
+    mv = att_mv | exp_mv
+    src = jnp.where(att_mv, gpu[:, :1], gpu)
+    dst = jnp.where(att_mv, cs.exp_gpu[experts], cs.att_gpu[s.rank][:, None])
+    cnt = jnp.zeros((d_, d_), I32).at[src, dst].add(mv.astype(I32))
+    xfer = _ticks(cs.lat[src, dst] + _mul(cnt[src, dst].astype(F32), cs.ptok[src, dst], cs.zero))
+    arrive = jnp.where(mv, end[src] + xfer, 0)
+    sstate = jnp.where(att_mv, 1, jnp.where(exp_mv, 2, s.sstate))
+    unit = jnp.where(att_mv, a_ + experts, s.unit)
+    ready = jnp.where(mv, arrive, s.ready)
+    phase = jnp.where(att_row, 1, s.phase)
+    gi = go.astype(I32)
+    # token pool (§3.2 Top-K support): merge once all K expert outputs arrived
+    merge = (phase == 1) & (sstate == 2).all(1)
+    t_m = ready.max(1)
+    emit = merge & (s.block == nb - 1)
+    has_itl = emit & (t_m >= cs.w0) & (t_m < cs.w1) & (s.done > 0) & (s.last > 0)
+    itl = t_m - s.last
+    hb = _itl_bin(spec, cs, itl)
+    itl_hist = s.itl_hist.at[jnp.where(has_itl, hb, spec.itl_bins)].add(1, mode="drop")
+    tb = jnp.where(emit, t_m // cs.bin_ticks, spec.tok_bins)
+    tok_bins = s.tok_bins.at[tb].add(1, mode="drop")
+    done = s.done + emit.astype(I32)
+    fin = emit & (done >= s.outl)
+    last = jnp.where(emit, t_m, s.last)
+    requeue = merge & ~fin
+    kz = (jnp.arange(k_) == 0)[None, :]
+    sstate = jnp.where(merge[:, None], jnp.where(requeue[:, None] & kz, 1, 0), sstate)
+    unit = jnp.where(requeue[:, None] & kz, s.rank[:, None], unit)
+    ready = jnp.where(requeue[:, None] & kz, t_m[:, None], ready)
+    new = s.replace(
+        block=jnp.where(merge, jnp.where(s.block == nb - 1, 0, s.block + 1), s.block),
+        done=done, phase=jnp.where(fin, 2, jnp.where(merge, 0, phase)),
+        release=jnp.where(fin, t_m, s.release), last=last,
+        unit=unit, sstate=sstate, ready=ready,
+        gpu_free=jnp.where(go, end, s.gpu_free), busy=s.busy + gi * dur,
+        execs=s.execs + gi, ntok=s.ntok + gi * n,
+        first=jnp.where(emit & (s.done == 0), t_m, s.first),
+        clock=jnp.where(go, start, 0).max(), events=s.events + gi.sum(),
+        rounds=s.rounds + 1, finished=s.finished + fin.sum(),
+        itl_sum=s.itl_sum + jnp.where(has_itl, itl, 0).sum(),
+        itl_n=s.itl_n + has_itl.sum(), tok_bins=tok_bins, itl_hist=itl_hist,
+    )
+    if spec.series:  # aep.metrics' series: completions per bin, queue depth at unit 0's GPU
+        sb = jnp.clip(t_m // cs.series_ticks, 0, spec.series - 1)
+        g0 = cs.gpu_of_unit[0]
+        sample = go[g0]
+        qb = jnp.clip(start[g0] // cs.series_ticks, 0, spec.series - 1)
+        new = new.replace(
+            done_bins=s.done_bins.at[sb].add(fin.astype(I32)),
+            qdepth=s.qdepth.at[qb].add(jnp.where(sample, q[:, 0], 0).astype(F32)),
+            qdepth_n=s.qdepth_n.at[qb].add(sample.astype(I32)))
+    # a deadlock (nothing to launch, nobody fits) or a full slot table stops the stream
+    stuck = ~cand.any() | new.overflow
+    over = new.events >= st.max_events
+    new = new.replace(stop=(new.finished >= st.n_req) | over | stuck)
+    return jax.tree_util.tree_map(lambda x, y: jnp.where(stuck, x, y),
+                                  s.replace(stop=True, overflow=new.overflow), new)
+
+
+def outputs(spec: Spec, s: State):
+    """Per-request [R] (complete, first, last, done) with the requests still in slots."""
+    idx = jnp.where(s.req >= 0, s.req, spec.requests)
+    return (s.o_complete.at[idx].set(s.release, mode="drop"),
+            s.o_first.at[idx].set(s.first, mode="drop"),
+            s.o_last.at[idx].set(s.last, mode="drop"),
+            s.o_done.at[idx].set(s.done, mode="drop"))
+
+
+def advance(spec: Spec, cs: Consts, st: Stream, s: State, limit) -> State:
+    """Rounds until the stream is done or `s.rounds` reaches `limit` (chunks for progress)."""
+    return jax.lax.while_loop(lambda s: ~s.stop & (s.rounds < limit),
+                              functools.partial(_round, spec, cs, st), s)
+
+
+def run(spec: Spec, cs: Consts, st: Stream) -> State:
+    """One stream to completion (a `lax.while_loop` of rounds); vmap over `st` for many."""
+    return advance(spec, cs, st, init(spec, st), BIG)
+
+
+@functools.lru_cache(maxsize=32)
+def compiled(spec: Spec, batched: bool = False):
+    """(init, advance) jitted for one stream, or vmapped over streams (Consts shared)."""
+    ini = functools.partial(init, spec)
+    adv = functools.partial(advance, spec)
+    if batched:
+        ini = jax.vmap(ini)
+        adv = jax.vmap(adv, in_axes=(None, 0, 0, None))
+    return jax.jit(ini), jax.jit(adv, donate_argnums=2)
+
+
+def consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, cost, lat, ptok, cdf, w0=0, w1=BIG,
+           bin_ticks=1, itl_edges=None, series_ticks=1) -> Consts:
+    i32 = functools.partial(np.asarray, dtype=np.int32)
+    edges = np.zeros(0, np.int64) if itl_edges is None else np.asarray(itl_edges)
+    if edges.dtype.kind == "f":  # float32 tick edges (aep.py): v >= e  <=>  v >= ceil(e)
+        edges = np.ceil(edges.astype(np.float64))
+    edges = np.minimum(edges, BIG).astype(np.int64)
+    lo, span = itl_table(edges)
+    edges = np.concatenate([edges, np.full(span + 1, BIG)]).astype(np.int32)
+    return Consts(
+        gpu_of_unit=i32(gpu_of_unit), att_gpu=i32(att_gpu), exp_gpu=i32(exp_gpu),
+        kvcap=np.int32(min(int(kvcap), BIG)), cost=np.asarray(cost, np.float32).reshape(-1),
+        lat=np.asarray(lat, np.float32), ptok=np.asarray(ptok, np.float32),
+        cdf=np.asarray(cdf, np.float32), w0=np.int32(min(int(w0), BIG)),
+        w1=np.int32(min(int(w1), BIG)), bin_ticks=np.int32(bin_ticks),
+        itl_edges=edges, itl_lo=lo, series_ticks=np.int32(series_ticks), zero=np.int32(0))
+
+
+def prepare(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
+            sched, nb_, k_, a_, d_, gpu_of_unit, att_gpu, exp_gpu, kvcap,
+            cost, lat, ptok, cdf, seed, decay, lookahead, max_events, init_block, init_done,
+            w0, w1, bin_ticks, itl_edges, tok_bins, itl_hist, conc_cap, *,
+            sched_per_stream: bool = False):
+    """(Spec, Consts, Stream) of one `core.simulate` call (open loop; see `simulate`)."""
+    del horizon, new_inp, new_outl
+    if int(closed) > 0:
+        raise ConfigError("closed = N: the rounds path runs open-loop streams only "
+                          "(use core.simulate for the closed loop)")
+    if len(init_block) or len(init_done):
+        raise ConfigError("init_block / init_done: the rounds path starts requests at block 0")
+    if len(itl_hist) != len(itl_edges) + 1:
+        raise ConfigError("itl_hist: needs len(itl_edges) + 1 bins")
+    n = int(n_req0)
+    r = max(int(len(arrival)), 1)
+    arr = np.zeros(r, np.int64)
+    arr[:len(arrival)] = np.asarray(arrival, np.int64)
+    if n and arr[:n].max() >= BIG:
+        raise ConfigError(f"arrival: ticks up to {BIG} (int32 µs); got {arr[:n].max()}")
+    cs = consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, np.asarray(cost, np.float32), lat,
+                ptok, cdf, w0, w1, bin_ticks, np.asarray(itl_edges, np.int64))
+    spec = Spec(num_blocks=int(nb_), top_k=int(k_), num_ranks=int(a_),
+                num_devices=int(d_), num_units=len(gpu_of_unit),
+                slots=max(1, min(int(conc_cap), max(n, 1))), requests=r,
+                sched=-1 if sched_per_stream else int(sched), lookahead=int(lookahead),
+                tok_bins=len(tok_bins), itl_bins=len(itl_hist),
+                itl_span=len(cs.itl_edges) - len(itl_hist))
+
+    def pad(x):
+        out = np.zeros(r, np.int32)
+        out[:len(x)] = np.minimum(np.asarray(x, np.int64), BIG)
+        return out
+
+    st = Stream(arrival=pad(arr), inp=pad(inp), outl=pad(outl), n_req=np.int32(n),
+                seed=np.uint32(seed), decay=np.float32(decay), sched=np.int32(sched),
+                max_events=np.int32(min(int(max_events), BIG)))
+    return spec, cs, st
+
+
+def unpack(spec: Spec, s: State, st: Stream, tok_bins=None, itl_hist=None):
+    """`core.simulate`'s result tuple from a final State (int64, core.BIG for never)."""
+    from moejax.systems.amoe import core
+
+    n = int(st.n_req)
+    complete, first, last, done = (np.asarray(x) for x in outputs(spec, s))
+    s = jax.tree_util.tree_map(np.asarray, s)
+    if s.overflow:
+        raise ConfigError(f"conc_cap = {spec.slots}: more requests hold KV at once; raise it")
+    if tok_bins is not None:
+        tok_bins[:] = s.tok_bins
+    if itl_hist is not None:
+        itl_hist[:] = s.itl_hist
+
+    def i64(x, big=False):
+        x = np.asarray(x)[:n].astype(np.int64)
+        return np.where(x >= BIG, core.BIG, x) if big else x
+
+    return (i64(complete, True), i64(first), i64(last), i64(done), i64(s.o_rank),
+            i64(s.o_admitted, True), i64(st.arrival), i64(st.outl), s.busy.astype(np.int64),
+            s.execs.astype(np.int64), s.ntok.astype(np.int64), int(s.events),
+            int(s.clock), n, int(s.itl_sum), int(s.itl_n), 0)
+
+
+def simulate(*args, jit: bool = True):
+    """`core.simulate`'s inputs and outputs (open loop), run in rounds on the JAX backend.
+
+    `conc_cap` (the last argument) sizes the request slots (C). Ticks go through int32
+    (BIG_TICK = never): arrivals past 2^31 - 1 µs (35 min) are refused. Returns core's
+    tuple; `tok_bins` / `itl_hist` are filled in place.
+    """
+    spec, cs, st = prepare(*args)
+    if jit:
+        ini, adv = compiled(spec)
+        s = adv(cs, st, ini(st), BIG)
+    else:
+        s = run(spec, cs, st)
+    return unpack(spec, s, st, args[31], args[32])
+
+
+def from_aep(cfg, streams, keys, decay, *, slots: int | None = None):
+    """(Spec, Consts, Stream [T]) of `aep.build(cfg)` runs: the old JAX path's conventions.
+
+    streams: RequestStream leaves [T, R] (real requests a prefix, `mask`); keys [T] give
+    the routing seeds (`aep.stream_seed`); decay: scalar or [T]. ITL histogram on
+    `config.itl_bin_edges_s` (float32 ticks, as aep.py bins them), completions and queue
+    depth per `cfg.bin_ticks` series bin. slots: the concurrency cap C (default R).
+    """
+    from moejax.systems.amoe import aep, config
+
+    arrival = np.asarray(aep.stream_ticks(np, np.asarray(streams.arrival_s)), np.int32)
+    t_, r_ = arrival.shape
+    mask = np.asarray(streams.mask, bool)
+    n_req = np.where(mask.all(1), r_, np.argmin(mask, 1)).astype(np.int32)
+    seeds = np.asarray(jax.vmap(aep.stream_seed)(keys), np.uint32)
+    sched = {"defrag": 0, "mtfs": 1, "flfs": 2}[cfg.scheduler]
+    edges = config.itl_bin_edges_s() / np.float32(config.TICK_S)
+    cs = consts(cfg.gpu_of_unit, cfg.attention_gpus, cfg.expert_gpus, cfg.kv_capacity_tokens,
+                [getattr(cfg.cost, f) for f in COST_FIELDS], cfg.lat_s, cfg.per_token_s, cfg.cdf,
+                itl_edges=edges.astype(np.float32), series_ticks=cfg.bin_ticks)
+    spec = Spec(num_blocks=cfg.num_blocks, top_k=cfg.model.top_k, num_ranks=cfg.num_ranks,
+                num_devices=cfg.num_devices, num_units=cfg.num_units,
+                slots=int(slots or r_), requests=r_, sched=sched, lookahead=cfg.lookahead,
+                tok_bins=1, itl_bins=config.NUM_ITL_BINS,
+                itl_span=len(cs.itl_edges) - config.NUM_ITL_BINS, series=cfg.num_bins)
+    st = Stream(arrival=arrival, inp=np.asarray(streams.input_len, np.int32),
+                outl=np.asarray(streams.output_len, np.int32), n_req=n_req, seed=seeds,
+                decay=np.broadcast_to(np.asarray(decay, np.float32), (t_,)).copy(),
+                sched=np.full(t_, sched, np.int32), max_events=np.full(t_, BIG, np.int32))
+    return spec, cs, st
+
+
+def aep_state(spec: Spec, s: State, st: Stream, mask):
+    """An `aep.AEPState` of a final rounds State (the fields `aep.metrics` reads)."""
+    from moejax.systems.amoe import aep
+
+    complete, first, last, done = outputs(spec, s)
+    fin = complete < BIG
+    zr = jnp.zeros(spec.requests, I32)
+    zrk = jnp.zeros((spec.requests, spec.top_k), I32)
+    return aep.AEPState(
+        arrival=st.arrival, input_len=st.inp, output_len=st.outl, mask=mask, seed=st.seed,
+        clock=s.clock, next_req=s.next_req, gpu_free=s.gpu_free, rank=s.o_rank,
+        admitted=s.o_admitted, phase=jnp.where(fin, 2, jnp.where(s.o_rank >= 0, 0, -1)),
+        block=zr, tokens_done=done, slot_unit=zrk, slot_state=zrk, slot_ready=zrk,
+        release=complete, first_tok=first, last_tok=last, complete=complete,
+        itl_hist=s.itl_hist, busy=s.busy, execs=s.execs, exec_tokens=s.ntok,
+        done_bins=s.done_bins, qdepth=s.qdepth, qdepth_n=s.qdepth_n, events=s.events)
+
+
+def run_streams(cfg, params, streams, keys, *, params_batched: bool = False,
+                slots: int | None = None, chunk_rounds: int = 1 << 16,
+                max_steps: int = 50_000_000, return_state: bool = False, progress=None):
+    """`runner.run_streams` for an `aep.build(cfg)` system, in rounds (same metrics)."""
+    from moejax.errors import MoejaxError
+
+    if np.shape(streams.arrival_s)[1:] != (cfg.num_requests,):
+        raise ConfigError(f"stream: expected {cfg.num_requests} requests (num_requests), got "
+                          f"{np.shape(streams.arrival_s)[1:]}")
+    decay = np.asarray(params.decay, np.float32)
+    spec, cs, st = from_aep(cfg, streams, keys, decay if params_batched else decay.item(),
+                            slots=slots)
+    say = progress or (lambda text: None)
+    say("compiling")
+    ini, adv = compiled(spec, batched=True)
+    s = ini(st)
+    limit = 0
+    while True:
+        limit += chunk_rounds
+        s = adv(cs, st, s, limit)
+        stop = np.asarray(s.stop)
+        ev = int(np.asarray(s.events).sum())
+        say(f"{ev} events simulated, {int(stop.sum())} of {stop.size} streams done")
+        if stop.all():
+            break
+        if int(np.asarray(s.events).max()) >= max_steps:
+            raise MoejaxError(f"aep-{cfg.scheduler}: streams not done after max_steps = "
+                              f"{max_steps} events; raise max_steps or lower the load")
+    if np.asarray(s.overflow).any():
+        raise MoejaxError(f"slots = {spec.slots}: more requests held KV at once; raise slots")
+    state, out = _finisher(spec, cfg)(s, st, jnp.asarray(streams.mask, bool))
+    return (out, state) if return_state else out
+
+
+@functools.lru_cache(maxsize=32)
+def _finisher(spec: Spec, cfg):
+    """jit(vmap) of final State -> (AEPState, aep.metrics), compiled once per config."""
+    from moejax.systems.amoe import aep
+
+    def one(s, st, mask):
+        state = aep_state(spec, s, st, mask)
+        return state, aep.metrics(cfg, state)
+
+    return jax.jit(jax.vmap(one))
