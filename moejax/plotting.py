@@ -84,3 +84,74 @@ def save(fig, path: Path | str, dpi: int = 110) -> Path:
     fig.savefig(buf, format="png", dpi=dpi)
     atomic_write_bytes(path, buf.getvalue())
     return Path(path)
+
+
+def log_if_wide(ax, which: str, values, span: float = 20.0, base: float = 10.0) -> bool:
+    """A log axis (plain labels, `log_axis`) only where the finite positive `values` span
+    more than `span` x (issue 13: log axes only where a linear one would hide the small
+    values); returns whether it switched."""
+    v = np.asarray(values, np.float64)
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size and v.max() / v.min() > span:
+        log_axis(ax, which, base)
+        return True
+    return False
+
+
+def heatmap(ax, values, *, cmap: str = "viridis", label: str = "", extent=None, fig=None,
+            fmt=None):
+    """`values` [rows, cols] as an image whose colour scale is fitted to the finite data
+    (`color_limits`), with a colour bar labelled `label`; `fmt(v)` formats its ticks."""
+    v = np.asarray(values, np.float64)
+    lo, hi = color_limits(v)
+    im = ax.imshow(v, cmap=cmap, vmin=lo, vmax=hi, aspect="auto", origin="lower",
+                   interpolation="nearest", extent=extent)
+    bar = (fig or ax.figure).colorbar(im, ax=ax, label=label)
+    if fmt is not None:
+        bar.formatter = FuncFormatter(lambda x, _: fmt(x))
+        bar.update_ticks()
+    return im
+
+
+def read_csv(path: Path | str) -> dict[str, np.ndarray]:
+    """The columns of a CSV written by `moejax.results` (header row, then values): numeric
+    columns as float64 arrays (empty cells NaN), the others as str arrays. For redrawing a
+    study's figures from its shipped CSV files (`moejax reproduce STUDY --replot DIR`)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return {}
+    head, body = rows[0], rows[1:]
+    cols: dict[str, np.ndarray] = {}
+    for j, name in enumerate(head):
+        raw = [r[j] if j < len(r) else "" for r in body]
+        try:
+            cols[name] = np.asarray([float(x) if x != "" else np.nan for x in raw], np.float64)
+        except ValueError:
+            cols[name] = np.asarray(raw, dtype=str)
+    return cols
+
+
+def read_rows(path: Path | str, ints=(), bools=()) -> list[dict]:
+    """`read_csv` as a list of row dicts (numbers as float; the columns named in `ints` as
+    int, in `bools` as bool ("True"/"1"))."""
+    cols = read_csv(path)
+    n = len(next(iter(cols.values()))) if cols else 0
+    out = []
+    for i in range(n):
+        row = {}
+        for k, v in cols.items():
+            x = v[i]
+            if k in ints:
+                x = int(float(x))
+            elif k in bools:
+                x = str(x) in ("True", "true", "1", "1.0")
+            elif v.dtype.kind == "f":
+                x = float(x)
+            else:
+                x = str(x)
+            row[k] = x
+        out.append(row)
+    return out
