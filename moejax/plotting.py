@@ -40,7 +40,7 @@ def _plain(v: float) -> str:
     """A tick label without scientific notation: 0.25, 3, 120, 4096, 65536."""
     if abs(v) >= 1 and abs(v - round(v)) < 1e-9 * abs(v):
         return f"{round(v):d}"
-    return f"{v:.3g}"
+    return f"{v:.6g}"  # enough digits that neighbouring ticks (1.025, 1.03) differ
 
 
 def time_axis(ax, which: str = "y", unit: str = "ms", label: str = "time") -> None:
