@@ -155,3 +155,27 @@ def read_rows(path: Path | str, ints=(), bools=()) -> list[dict]:
             row[k] = x
         out.append(row)
     return out
+
+
+def mesh_links(ax, rows: int, cols: int, horizontal, vertical, *, vmin: float, vmax: float,
+               cmap: str = "inferno_r", lw: float = 6.0):
+    """A `rows x cols` 2-D mesh with each link coloured by its value: `horizontal`
+    [rows, cols - 1] (link (r, c)-(r, c+1)), `vertical` [rows - 1, cols] (link (r, c)-(r+1, c)),
+    on the colour scale [vmin, vmax]; returns the mappable for a colour bar."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import Normalize
+
+    h = np.asarray(horizontal, np.float64).reshape(rows, cols - 1)
+    v = np.asarray(vertical, np.float64).reshape(rows - 1, cols)
+    segs = [[(c, -r), (c + 1, -r)] for r in range(rows) for c in range(cols - 1)]
+    segs += [[(c, -r), (c, -r - 1)] for r in range(rows - 1) for c in range(cols)]
+    lc = LineCollection(segs, cmap=cmap, norm=Normalize(vmin, vmax), linewidths=lw)
+    lc.set_array(np.concatenate([h.ravel(), v.ravel()]))
+    ax.add_collection(lc)
+    rr, cc = np.divmod(np.arange(rows * cols), cols)
+    ax.scatter(cc, -rr, s=60, c="lightgray", zorder=3)
+    ax.set_xlim(-0.5, cols - 0.5)
+    ax.set_ylim(-rows + 0.5, 0.5)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    return lc
