@@ -198,8 +198,9 @@ def fig13c(out: Path, quick: bool) -> dict:
             rows["reduction"].append(_reduction(b["comm_s"], e["comm_s"]))
     _csv(out / "fig13c_scales.csv", rows)
     labels = [f"{p}\nTP={t}" for p, t in zip(rows["platform"], rows["tp"], strict=True)]
-    _plot_simple_bars(out / "fig13c_scales.png", labels, rows["reduction"],
-                      "ER comm reduction vs baseline", "001 Fig. 13(c)")
+    _plot_simple_bars(out / "fig13c_scales.png", labels,
+                      [100 * x for x in rows["reduction"]],
+                      "ER comm reduction vs baseline (%)", "001 Fig. 13(c)")
     return rows
 
 
@@ -486,8 +487,9 @@ def fig17(out: Path, quick: bool) -> dict:
             rows[k].append(float(r[k]))
         res[name] = r
     _csv(out / "fig17_nvl72.csv", rows)
-    _plot_simple_bars(out / "fig17_nvl72.png", rows["system"], rows["moe_throughput"],
-                      "per-device MoE throughput (token-expert pairs / s)", "001 Fig. 17")
+    _plot_simple_bars(out / "fig17_nvl72.png", rows["system"],
+                      [x / 1e6 for x in rows["moe_throughput"]],
+                      "MoE throughput per device\n(M token-expert pairs / s)", "001 Fig. 17")
     return res
 
 

@@ -39,7 +39,8 @@ def plot_from_dir(src: Path, out: Path) -> list[str]:
         mt._plot_simple_bars(done("fig13c_scales"),
                              [f"{p}\nTP={int(t)}" for p, t in zip(r["platform"], r["tp"],
                                                                   strict=True)],
-                             r["reduction"], "ER comm reduction vs baseline", "001 Fig. 13(c)")
+                             [100 * x for x in r["reduction"]],
+                             "ER comm reduction vs baseline (%)", "001 Fig. 13(c)")
     if have("fig13d_multiwafer"):
         r = _rows(src / "fig13d_multiwafer.csv")
         r["tp"] = [int(t) for t in r["tp"]]
@@ -62,7 +63,8 @@ def plot_from_dir(src: Path, out: Path) -> list[str]:
                       "001 Fig. 16: MoE compute per layer by balancing strategy")
     if have("fig17_nvl72"):
         r = _rows(src / "fig17_nvl72.csv")
-        mt._plot_simple_bars(done("fig17_nvl72"), r["system"], r["moe_throughput"],
-                             "per-device MoE throughput (token-expert pairs / s)",
+        mt._plot_simple_bars(done("fig17_nvl72"), r["system"],
+                             [x / 1e6 for x in r["moe_throughput"]],
+                             "MoE throughput per device\n(M token-expert pairs / s)",
                              "001 Fig. 17")
     return names
