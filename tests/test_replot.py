@@ -39,6 +39,19 @@ def _amoe(d):
             "fig12_rates.png"}
 
 
+def _amoe_finite(d):  # the earlier finite-stream study (amoe.run_finite)
+    rows = [{"platform": "a100x8-nvswitch", "policy": p, "top_k": 1, "workload": "medium",
+             "rate_per_s": r, "throughput_tok_s": 100.0 * r, "itl_mean_s": 0.1}
+            for p in ("aep-defrag", "ep-sync") for r in (25.0, 400.0)]
+    atomic_write_rows(d / "fig9_throughput_itl.csv", rows)
+    atomic_write_csv(d / "fig12_rates.csv", {"t_s": np.arange(3) * 0.5, **{
+        f"{p}_{k}_per_s": np.ones(3) for p in ("aep-flfs", "aep-defrag")
+        for k in ("input", "done")}})
+    atomic_write_csv(d / "fig7_queue_depth.csv", {f"block_{b}": np.arange(3.0) for b in range(4)})
+    _summary(d)
+    return {"fig9_throughput_itl.png", "fig12_rates.png", "fig7_queue_depth.png"}
+
+
 def _epsmoe(d):
     m = np.asarray([256.0, 1024.0, 8192.0])
     atomic_write_csv(d / "fig5_gemm.csv", {"rows_per_expert": m, "group_tflops": m / 20,
@@ -109,14 +122,16 @@ def _moentwine(d):
     return {"fig11_heatmaps.png", "fig17_nvl72.png"}
 
 
-SETS = {"amoe": _amoe, "epsmoe": _epsmoe, "dysharp": _dysharp, "moentwine": _moentwine}
+SETS = {"amoe": _amoe, "amoe-finite": _amoe_finite, "epsmoe": _epsmoe, "dysharp": _dysharp,
+        "moentwine": _moentwine}
 
 
-@pytest.mark.parametrize("study", sorted(SETS))
-def test_replot_draws_every_figure_from_csvs(tmp_path, study):
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_replot_draws_every_figure_from_csvs(tmp_path, name):
+    study = name.split("-")[0]
     src, out = tmp_path / "run", tmp_path / "figs"
     src.mkdir()
-    expect = SETS[study](src)
+    expect = SETS[name](src)
     before = sorted(p.name for p in src.iterdir())
     names = replot(study, src, out)
     assert set(names) == expect
