@@ -14,6 +14,7 @@ from moejax import plotting
 SYSTEMS = {  # steady study: CSV `system` -> legend
     "aep": "AMoE: asynchronous EP, defragging scheduler (aep-defrag)",
     "sync": "synchronous EP baseline (ep-sync)",
+    "sync_roofline": "synchronous EP, roofline costs (ep-sync-roofline)",  # branch amoecal
 }
 POLICIES = {  # catalog policy -> legend (002 §3-4, §5.3)
     "aep-defrag": "AMoE, defragging scheduler (aep-defrag)",
