@@ -14,6 +14,7 @@ import importlib
 from pathlib import Path
 
 from moejax.errors import ConfigError, UnknownNameError
+from moejax.outpaths import check_dir
 from moejax.staging import staged_dir
 
 PLOTTERS: dict[str, str] = {
@@ -37,6 +38,7 @@ def replot(study: str, src: Path | str, out: Path | str | None = None) -> list[s
                           f"`moejax reproduce {study} --out DIR` run wrote")
     module = importlib.import_module(PLOTTERS[study])
     if out is None or Path(out).resolve() == src.resolve():
+        check_dir(src, "--replot")  # in place: DIR must be writable (one line, exit 2)
         return module.plot_from_dir(src, src)
     with staged_dir(Path(out)) as tmp:  # a new --out gets every figure or nothing
         return module.plot_from_dir(src, Path(tmp))
