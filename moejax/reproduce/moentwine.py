@@ -673,15 +673,6 @@ def _csv(path: Path, cols: dict) -> None:
     atomic_write_csv(path, {k: np.asarray(v) for k, v in cols.items()})
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 # Axis names and legend titles of the figures (column names are CSV headers, not labels).
 _LABELS = {"tokens_per_group": "tokens per TP group", "tp": "TP degree (devices per group)",
            "max_over_mean": "max / mean device load", "comm": "communication per layer",
