@@ -232,6 +232,16 @@ def _reproduce(args) -> int:
 
     from moejax import distributed, reproduce
 
+    if args.replot:  # issue 13: figures from a run's CSVs, no simulation
+        from moejax.reproduce.replot import replot
+
+        names = replot(args.study, args.replot, args.out)
+        print(f"drew {len(names)} figures into {args.out or args.replot}")
+        return 0
+    if not args.out:
+        from moejax.errors import ConfigError
+
+        raise ConfigError("reproduce: --out DIR is required (or --replot DIR to redraw figures)")
     if not distributed.is_writer():  # multi-process run: the others write to a scratch folder
         import tempfile
 
@@ -309,7 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("reproduce", help="regenerate a paper's headline results")
     r.add_argument("study", help="study name (see moejax.reproduce.STUDIES)")
     r.add_argument("--quick", action="store_true", help="small grid, a few minutes on 2 cores")
-    r.add_argument("--out", required=True, help="folder for CSV, PNG and summary.json")
+    r.add_argument("--out", help="folder for CSV, PNG and summary.json (required unless "
+                   "--replot; with --replot, where the PNGs go, default DIR itself)")
+    r.add_argument("--replot", metavar="DIR", help="redraw the PNGs from the CSVs a run wrote "
+                   "into DIR (e.g. docs/results/STUDY); simulates nothing")
     r.set_defaults(fn=_reproduce)
     add_distributed_arguments(r)
 

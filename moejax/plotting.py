@@ -40,7 +40,7 @@ def _plain(v: float) -> str:
     """A tick label without scientific notation: 0.25, 3, 120, 4096, 65536."""
     if abs(v) >= 1 and abs(v - round(v)) < 1e-9 * abs(v):
         return f"{round(v):d}"
-    return f"{v:.3g}"
+    return f"{v:.6g}"  # enough digits that neighbouring ticks (1.025, 1.03) differ
 
 
 def time_axis(ax, which: str = "y", unit: str = "ms", label: str = "time") -> None:
@@ -84,3 +84,98 @@ def save(fig, path: Path | str, dpi: int = 110) -> Path:
     fig.savefig(buf, format="png", dpi=dpi)
     atomic_write_bytes(path, buf.getvalue())
     return Path(path)
+
+
+def log_if_wide(ax, which: str, values, span: float = 20.0, base: float = 10.0) -> bool:
+    """A log axis (plain labels, `log_axis`) only where the finite positive `values` span
+    more than `span` x (issue 13: log axes only where a linear one would hide the small
+    values); returns whether it switched."""
+    v = np.asarray(values, np.float64)
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size and v.max() / v.min() > span:
+        log_axis(ax, which, base)
+        return True
+    return False
+
+
+def heatmap(ax, values, *, cmap: str = "viridis", label: str = "", extent=None, fig=None,
+            fmt=None):
+    """`values` [rows, cols] as an image whose colour scale is fitted to the finite data
+    (`color_limits`), with a colour bar labelled `label`; `fmt(v)` formats its ticks."""
+    v = np.asarray(values, np.float64)
+    lo, hi = color_limits(v)
+    im = ax.imshow(v, cmap=cmap, vmin=lo, vmax=hi, aspect="auto", origin="lower",
+                   interpolation="nearest", extent=extent)
+    bar = (fig or ax.figure).colorbar(im, ax=ax, label=label)
+    if fmt is not None:
+        bar.formatter = FuncFormatter(lambda x, _: fmt(x))
+        bar.update_ticks()
+    return im
+
+
+def read_csv(path: Path | str) -> dict[str, np.ndarray]:
+    """The columns of a CSV written by `moejax.results` (header row, then values): numeric
+    columns as float64 arrays (empty cells NaN), the others as str arrays. For redrawing a
+    study's figures from its shipped CSV files (`moejax reproduce STUDY --replot DIR`)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return {}
+    head, body = rows[0], rows[1:]
+    cols: dict[str, np.ndarray] = {}
+    for j, name in enumerate(head):
+        raw = [r[j] if j < len(r) else "" for r in body]
+        try:
+            cols[name] = np.asarray([float(x) if x != "" else np.nan for x in raw], np.float64)
+        except ValueError:
+            cols[name] = np.asarray(raw, dtype=str)
+    return cols
+
+
+def read_rows(path: Path | str, ints=(), bools=()) -> list[dict]:
+    """`read_csv` as a list of row dicts (numbers as float; the columns named in `ints` as
+    int, in `bools` as bool ("True"/"1"))."""
+    cols = read_csv(path)
+    n = len(next(iter(cols.values()))) if cols else 0
+    out = []
+    for i in range(n):
+        row = {}
+        for k, v in cols.items():
+            x = v[i]
+            if k in ints:
+                x = int(float(x))
+            elif k in bools:
+                x = str(x) in ("True", "true", "1", "1.0")
+            elif v.dtype.kind == "f":
+                x = float(x)
+            else:
+                x = str(x)
+            row[k] = x
+        out.append(row)
+    return out
+
+
+def mesh_links(ax, rows: int, cols: int, horizontal, vertical, *, vmin: float, vmax: float,
+               cmap: str = "inferno_r", lw: float = 6.0):
+    """A `rows x cols` 2-D mesh with each link coloured by its value: `horizontal`
+    [rows, cols - 1] (link (r, c)-(r, c+1)), `vertical` [rows - 1, cols] (link (r, c)-(r+1, c)),
+    on the colour scale [vmin, vmax]; returns the mappable for a colour bar."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import Normalize
+
+    h = np.asarray(horizontal, np.float64).reshape(rows, cols - 1)
+    v = np.asarray(vertical, np.float64).reshape(rows - 1, cols)
+    segs = [[(c, -r), (c + 1, -r)] for r in range(rows) for c in range(cols - 1)]
+    segs += [[(c, -r), (c, -r - 1)] for r in range(rows - 1) for c in range(cols)]
+    lc = LineCollection(segs, cmap=cmap, norm=Normalize(vmin, vmax), linewidths=lw)
+    lc.set_array(np.concatenate([h.ravel(), v.ravel()]))
+    ax.add_collection(lc)
+    rr, cc = np.divmod(np.arange(rows * cols), cols)
+    ax.scatter(cc, -rr, s=60, c="lightgray", zorder=3)
+    ax.set_xlim(-0.5, cols - 0.5)
+    ax.set_ylim(-rows + 0.5, 0.5)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    return lc

@@ -4,6 +4,8 @@ A study module `moejax.reproduce.<name>` defines `run(out_dir: Path, quick: bool
 It may define `steps(quick) -> int` and call `progress.step(label)` after each figure: `run`
 then shows a progress bar over them (studies that show their own, fsedp and balancing, do not).
 Register it in `STUDIES` (name -> module path); it is imported only when asked for.
+Its figures are drawn from the columns it writes to CSV by a `plot_from_dir(src, out)`
+registered in `replot.PLOTTERS` (`moejax reproduce NAME --replot DIR`, issue 13).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from moejax.models import load_model
-from moejax.reproduce import Claim, Report
+from moejax.reproduce import Claim, Report, amoe_figures
 from moejax.reproduce.progress import step
 from moejax.results import atomic_write_csv, atomic_write_rows
 from moejax.systems.amoe import runner, serve
@@ -149,27 +149,7 @@ def _best(rows, **match) -> float:
 
 
 def _plot_curves(path: Path, rows, panels, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
-    for ax, (label, match) in zip(axes[0], panels, strict=True):
-        for pol in sorted({r["policy"] for r in rows}):
-            sel = [r for r in rows if r["policy"] == pol
-                   and all(r[k] == v for k, v in match.items())]
-            if sel:
-                ax.plot([r["throughput_tok_s"] for r in sel],
-                        [r["itl_mean_s"] * 1e3 for r in sel], "o-", label=pol)
-        ax.set_title(label, fontsize=9)
-        ax.set_xlabel("throughput (tok/s)")
-        ax.set_ylabel("mean ITL (ms)")
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    amoe_figures.curves(path, rows, panels, title, group="policy")
 
 
 def run_finite(out_dir: Path, quick: bool) -> Report:
@@ -317,33 +297,9 @@ def run_finite(out_dir: Path, quick: bool) -> Report:
 
 
 def _plot_series(out_dir: Path, cols, qdepth, bin_s: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3))
-    for pol, style in (("aep-flfs", "-"), ("aep-defrag", "--")):
-        ax.plot(cols["t_s"], cols[f"{pol}_done_per_s"], style, label=f"{pol} completions")
-    ax.plot(cols["t_s"], cols["aep-flfs_input_per_s"], ":", label="input")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("requests/s")
-    ax.legend(fontsize=7)
-    ax.set_title("002 Fig. 12: input vs completion rate", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out_dir / "fig12_rates.png", dpi=110)
-    plt.close(fig)
-    q = np.asarray(qdepth)
-    fig, ax = plt.subplots(figsize=(5, 3))
-    im = ax.imshow(q.T, aspect="auto", origin="lower",
-                   extent=(0, q.shape[0] * bin_s, 0, q.shape[1]))
-    fig.colorbar(im, ax=ax, label="ready tokens")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("block")
-    ax.set_title("002 Fig. 7: mu-queue depth, attention rank 0 (MTFS)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out_dir / "fig7_queue_depth.png", dpi=110)
-    plt.close(fig)
+    amoe_figures.rates(out_dir / "fig12_rates.png", cols,
+                       "002 Fig. 12 (finite streams): arrivals vs completions")
+    amoe_figures.queue_depth(out_dir / "fig7_queue_depth.png", qdepth, bin_s)
 
 
 def run(out_dir: Path, quick: bool) -> Report:

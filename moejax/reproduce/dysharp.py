@@ -22,10 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax import plotting
 from moejax.hardware import load_platform
 from moejax.models import load_model, with_overrides
-from moejax.reproduce import Claim, Report
+from moejax.reproduce import Claim, Report, dysharp_figures
 from moejax.reproduce.progress import study_progress
 from moejax.results import atomic_write_csv
 from moejax.systems.dysharp import closed_form, compare, packet, system, traffic
@@ -125,34 +124,6 @@ def _gain_ok(sim, paper):
     return bool(g > 0 and p / 1.5 <= g <= p * 1.5)
 
 
-def _bars(path, labels, series: dict, ylabel):
-    fig, ax = plotting.figure(width=max(5.0, 0.5 * len(labels) * max(len(series), 1) / 2))
-    ax = ax[0, 0]
-    w = 0.8 / max(len(series), 1)
-    for i, (name, vals) in enumerate(series.items()):
-        ax.bar(np.arange(len(labels)) + i * w, vals, w, label=name)
-    ax.set_xticks(np.arange(len(labels)) + 0.4 - w / 2, labels, rotation=30, fontsize=7)
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=6)
-    plotting.save(fig, path)
-
-
-def _lines(path, x, series: dict, xlabel, ylabel, time=False, logx=False):
-    fig, ax = plotting.figure()
-    ax = ax[0, 0]
-    for name, vals in series.items():
-        ax.plot(x, vals, marker="o", label=name)
-    ax.set_xlabel(xlabel)
-    if time:
-        plotting.time_axis(ax, "y", "ms", ylabel)
-    else:
-        ax.set_ylabel(ylabel)
-    if logx:
-        plotting.log_axis(ax, "x")
-    ax.legend(fontsize=6)
-    plotting.save(fig, path)
-
-
 def run(out_dir: Path, quick: bool, show_progress: bool = True) -> Report:
     grid = QUICK if quick else FULL
     out_dir = Path(out_dir)
@@ -190,9 +161,6 @@ def run(out_dir: Path, quick: bool, show_progress: bool = True) -> Report:
             rows["ideal_closed_form"].append(closed_form.ideal_speedup(256, 32, k))
             rows["nvls_useless"].append((nvls[:, 1].sum(-1) / rank[:, 1].sum(-1) - 1).mean())
         csv("fig2_redundancy.csv", rows)
-        _lines(out_dir / "fig2_redundancy.png", rows["top_k"],
-               {"redundant share": rows["redundancy"], "ideal speedup": rows["ideal_speedup"]},
-               "top-k", "share / speedup", logx=True)
         files.append("fig2_redundancy.png")
         r = dict(zip(rows["top_k"], rows["redundancy"], strict=True))
         s = dict(zip(rows["top_k"], rows["ideal_speedup"], strict=True))
@@ -215,9 +183,6 @@ def run(out_dir: Path, quick: bool, show_progress: bool = True) -> Report:
               "dysharp": [packet.payload_efficiency(pl, "dymultimem", k) for k in grid.ks],
               "explicit": [packet.payload_efficiency(pl, "explicit", k) for k in grid.ks]}
         csv("fig19_payload.csv", pe)
-        _lines(out_dir / "fig19_payload.png", pe["top_k"], {k: v for k, v in pe.items()
-                                                             if k != "top_k"},
-               "targets (top-k)", "payload efficiency", logx=True)
         files.append("fig19_payload.png")
         i8 = grid.ks.index(8)
         claims.append(Claim("dysharp.payload", "80% ideal vs 69% explicit, 8 targets (§III-A, "
@@ -251,8 +216,6 @@ def run(out_dir: Path, quick: bool, show_progress: bool = True) -> Report:
             return [float(per_cfg[c][(n, phase)][metric] / per_cfg[c][("dysharp", phase)][metric])
                     for c in grid.configs]
 
-        _bars(out_dir / "fig15_layer.png", labels,
-              {n: speedups(n) for n in ORDER}, "layer time / DySHARP (training)")
         files.append("fig15_layer.png")
         layer = {}
         for n in ("deepep", "comet", "nvls", "fastermoe", "tutel", "ccfuser", "comet-rank"):
@@ -319,9 +282,6 @@ def run(out_dir: Path, quick: bool, show_progress: bool = True) -> Report:
                                               strict=True)]},
                             bool(all(0.35 <= x <= 0.5 for x in red) and all(nv_gt)),
                             "NVLS total bytes fall below DeepEP's at k = 32 (spec §5.3)"))
-        _bars(out_dir / "fig18_traffic.png", labels,
-              {n: [v * 1e6 for v in tr_rows[f"{n}_MB"]] for n in ("deepep", "nvls", "comet",
-                                                                 "dysharp")}, "bytes")
         files.append("fig18_traffic.png")
         # comm share, ablation, bandwidth utilization at L-8 (or the largest quick config)
         lc = ("dysharp-l", 8)
@@ -343,9 +303,6 @@ def run(out_dir: Path, quick: bool, show_progress: bool = True) -> Report:
                                                        for n in abl],
                                    "gemm_ms": [1e3 * float(r8[(n, "training")]["gemm_s"])
                                                for n in abl]})
-        _bars(out_dir / "fig16_ablation.png", list(abl), {"L-8": [abl["deepep"] / v for v in
-                                                                  abl.values()]},
-              "speedup over DeepEP")
         files.append("fig16_ablation.png")
         basic = abl["deepep"] / abl["dysharp-basic"]
         fus = abl["comet"] / abl["fusion-only"]
@@ -397,8 +354,6 @@ def run(out_dir: Path, quick: bool, show_progress: bool = True) -> Report:
                 seq_rows.setdefault(f"{n}_ms", []).append(1e3 * float(res[(n, "training")]
                                                                       ["latency_s"]))
         csv("fig22_seq_len.csv", seq_rows)
-        _lines(out_dir / "fig22_seq_len.png", grid.seq, {n: [v / 1e3 for v in seq_rows[
-            f"{n}_ms"]] for n in sweep_names}, "tokens per GPU", "layer", time=True, logx=True)
         files.append("fig22_seq_len.png")
         fastest = all(seq_rows["dysharp_ms"][i] <= min(seq_rows[f"{n}_ms"][i] for n in
                                                        sweep_names) for i in range(len(grid.seq)))
@@ -421,9 +376,6 @@ def run(out_dir: Path, quick: bool, show_progress: bool = True) -> Report:
                     rows.setdefault(f"{n}_ms", []).append(1e3 * float(res[(n, "training")]
                                                                       ["latency_s"]))
             csv(f"{fig}.csv", rows)
-            _lines(out_dir / f"{fig}.png", rows[key], {n: [v / 1e3 for v in rows[f"{n}_ms"]]
-                                                       for n in sweep_names}, key, "layer",
-                   time=True)
             files.append(f"{fig}.png")
             ok = all(rows["dysharp_ms"][i] <= min(rows[f"{n}_ms"][i] for n in sweep_names)
                      for i in range(len(rows[key])))
@@ -458,9 +410,6 @@ def run(out_dir: Path, quick: bool, show_progress: bool = True) -> Report:
                     g_rows.setdefault(f"{mname}_{n}_ms", []).append(
                         1e3 * float(res[(n, "training")]["latency_s"]))
         csv("fig21_gpus.csv", g_rows)
-        _lines(out_dir / "fig21_gpus.png", grid.gpus, {k: [v / 1e3 for v in vs] for k, vs in
-                                                       g_rows.items() if k != "gpus"},
-               "GPUs", "layer", time=True, logx=True)
         files.append("fig21_gpus.png")
         sim = {}
         ok = True
@@ -522,9 +471,6 @@ def run(out_dir: Path, quick: bool, show_progress: bool = True) -> Report:
                        tile=float(t))
             tl["dysharp_ms"].append(1e3 * float(res[("dysharp", "training")]["latency_s"]))
         csv("fig30_tile.csv", tl)
-        _lines(out_dir / "fig30_tile.png", grid.tiles, {"DySHARP S-8": [v / 1e3 for v in
-                                                                        tl["dysharp_ms"]]},
-               "tile (tokens)", "layer", time=True, logx=True)
         files.append("fig30_tile.png")
         best = grid.tiles[int(np.argmin(tl["dysharp_ms"]))]
         claims.append(Claim("dysharp.tile_size", "tsize 128 best on S-8 (Fig. 30)",
@@ -534,6 +480,7 @@ def run(out_dir: Path, quick: bool, show_progress: bool = True) -> Report:
                             "tiles below 64 rows compute 64 (Hopper wgmma M = 64); no "
                             "per-tile sync cost"))
         tick("Fig. 30")
+        dysharp_figures.plot_from_dir(out_dir, out_dir)  # every PNG, from the CSVs above
 
     not_simulated = [
         {"id": "dysharp.area", "paper": "+0.01 mm2 switch, 0.198 mm2 GPU (§VI-D)",

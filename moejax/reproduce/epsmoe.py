@@ -26,7 +26,7 @@ from moejax import engine, plotting
 from moejax.hardware import load_platform
 from moejax.models import load_model, with_overrides
 from moejax.physics import gemm
-from moejax.reproduce import Claim, Report
+from moejax.reproduce import Claim, Report, epsmoe_figures
 from moejax.reproduce.progress import study_progress
 from moejax.results import atomic_write_csv
 from moejax.systems.epsmoe.config import default_params, make_config
@@ -218,18 +218,10 @@ def fig5(out: Path, tick) -> dict:
                                  "group_tflops": flops / tg / 1e12,
                                  "dense_tflops": flops / td / 1e12})
     _csv(out / "fig5_gemm_sms.csv", {"sms": sms, "group_s_m6144": tg_sm})
-    fig, ax = plotting.figure(1, 2)
-    ax[0, 0].plot(m, flops / tg / 1e12, "o-", label="GroupGemm (16 experts)")
-    ax[0, 0].plot(m, flops / td / 1e12, "s-", label="DenseGemm (per expert)")
-    ax[0, 0].set_xlabel("rows per expert m")
-    ax[0, 0].set_ylabel("TFLOP/s")
-    ax[0, 0].legend()
-    ax[0, 0].set_title("003 Fig. 5a: [1536, 5120], H800")
-    ax[0, 1].plot(sms, tg_sm * 1e3, "o-")
-    ax[0, 1].set_xlabel("GEMM SMs")
-    plotting.time_axis(ax[0, 1], "y", "ms", "GroupGemm m=6144")
-    ax[0, 1].set_title("003 Fig. 5c: fewer SMs")
-    plotting.save(fig, out / "fig5_gemm.png")
+    epsmoe_figures.fig5(out / "fig5_gemm.png",
+                        {"rows_per_expert": m, "group_tflops": flops / tg / 1e12,
+                         "dense_tflops": flops / td / 1e12},
+                        {"sms": sms, "group_s_m6144": tg_sm})
     dense_wins = td < tg
     cross = None
     for i in range(len(m)):
@@ -269,16 +261,8 @@ def table3(out: Path, run: Runner, mname: str, tick) -> dict:
     for name in ("TP+EP", "PN=1", "PN=2"):
         rows[f"{name}_reduction_pct"] = -_gain(res["base"], res[name])
     _csv(out / f"table3_{mname}.csv", rows)
-    fig, ax = plotting.figure()
-    x = np.arange(len(cells))
-    for i, name in enumerate(("TP+EP", "PN=1", "PN=2")):
-        ax[0, 0].bar(x + 0.27 * (i - 1), _gain(res["base"], res[name]), 0.27, label=name)
-    ax[0, 0].set_xticks(x, [f"B{b}\nS{s // 1024 if s >= 1024 else s / 1024:g}k"
-                            for b, s in cells], fontsize=6)
-    ax[0, 0].set_ylabel("TTFT reduction vs TP+TP (%)")
-    ax[0, 0].set_title(f"003 Table 3: {mname}, {plat}")
-    ax[0, 0].legend()
-    plotting.save(fig, out / f"table3_{mname}.png")
+    epsmoe_figures.table3(out / f"table3_{mname}.png",
+                          {k: np.asarray(v) for k, v in rows.items()}, mname)
     tick(f"Table 3 {mname}")
     return {"cells": cells, **res}
 
@@ -376,14 +360,7 @@ def table6(out: Path, run: Runner, tick) -> dict:
     for j, sm in enumerate(T6_SM):
         rows[f"sm{sm}_ms"] = t[:, j] * 1e3
     _csv(out / "table6_sm.csv", rows)
-    fig, ax = plotting.figure()
-    for i, mm in enumerate(T6_M):
-        ax[0, 0].plot(T6_SM, t[i] / t[i, 0], "o-", label=f"m={mm}")
-    ax[0, 0].set_xlabel("GEMM SMs (comm kernel on 16)")
-    ax[0, 0].set_ylabel("time / time at 132 SMs")
-    ax[0, 0].set_title("003 Table 6: SM split, PN=5, 4xH800")
-    ax[0, 0].legend(fontsize=7)
-    plotting.save(fig, out / "table6_sm.png")
+    epsmoe_figures.table6(out / "table6_sm.png", rows)
     tick("Table 6 SM split")
     return {"t": t}
 
@@ -408,14 +385,8 @@ def table7(out: Path, run: Runner, tick) -> dict:
     _csv(out / "table7_threshold.csv", {"m": list(T7_M), "eps0": eps0, "eps1": eps1,
                                         "base_ms": base * 1e3, "pn2_ms": pipe * 1e3,
                                         "delta_pct": delta})
-    fig, ax = plotting.figure()
-    ax[0, 0].plot(T7_M, delta, "o-", label="PN=2 vs PN=1 (%)")
-    ax[0, 0].axhline(0, color="k", lw=0.5)
-    ax[0, 0].set_xscale("log", base=2)
-    ax[0, 0].set_xlabel("tokens per device m")
-    ax[0, 0].set_ylabel("delta (%)")
-    ax[0, 0].set_title("003 Table 7 / Fig. 10: DeepSeek-V2, 8xH800")
-    plotting.save(fig, out / "fig10_regions.png")
+    epsmoe_figures.fig10(out / "fig10_regions.png",
+                         {"m": np.asarray(T7_M), "delta_pct": delta})
     m0 = None
     for i in range(n):
         if (delta[i:] < 0).all():
@@ -432,8 +403,6 @@ FIG11_M = (3072, 256)
 def fig11(out: Path, run: Runner, tick) -> dict:
     res = {}
     rows = {k: [] for k in ("dim", "m", "PN", "standard_ms", "serial_ms", "pipelined_ms")}
-    fig, ax = plotting.figure(1, len(run.grid.fig11_dims) * len(FIG11_M))
-    col = 0
     for dim in run.grid.fig11_dims:
         m = _layer_model(dim)
         var = []
@@ -458,19 +427,9 @@ def fig11(out: Path, run: Runner, tick) -> dict:
                 for key, val in zip(rows, (dim, mm, pn, std * 1e3, serial[j] * 1e3,
                                            pipe[j] * 1e3), strict=True):
                     rows[key].append(val)
-            a = ax[0, col]
-            a.plot(FIG11_PN, np.full(len(FIG11_PN), std) * 1e3, "k--", label="standard")
-            a.plot(FIG11_PN, serial * 1e3, "o-", label="serial")
-            a.plot(FIG11_PN, pipe * 1e3, "s-", label="pipelined")
-            a.axvline(cont, color="gray", lw=0.7)
-            a.set_xscale("log", base=2)
-            a.set_xlabel("PN")
-            a.set_ylabel("MoE layer (ms)")
-            a.set_title(f"[5120, {dim}], m={mm}", fontsize=8)
-            a.legend(fontsize=6)
-            col += 1
-    plotting.save(fig, out / "fig11_pn.png")
     _csv(out / "fig11_pn.csv", rows)
+    epsmoe_figures.fig11(out / "fig11_pn.png", {k: np.asarray(v) for k, v in rows.items()},
+                         {f"{d}_{mm}": {"n_star": v["n_star"]} for (d, mm), v in res.items()})
     tick("Fig. 11 PN")
     return res
 
@@ -623,17 +582,7 @@ def _claims(vol, f5, mix, dbrx, t2, t4, t5, t6, t7, f11, out):
         "sim_eps_tok_s": [float(t2["eps"][:, 0].max()), float(128 * 2048 / mix["PN=2"][i128]),
                           float(64 * 2048 / dbrx["PN=2"][dbrx["cells"].index((64, 2048))])],
     })
-    fig, ax = plotting.figure()
-    x = np.arange(3)
-    sim_gain = [g_ds, g_mix, float(100 * (dbrx["base"][dbrx["cells"].index((64, 2048))]
-                                          / dbrx["PN=2"][dbrx["cells"].index((64, 2048))] - 1))]
-    ax[0, 0].bar(x - 0.2, [21.8, 32.2, 52.4], 0.4, label="paper")
-    ax[0, 0].bar(x + 0.2, sim_gain, 0.4, label="simulated")
-    ax[0, 0].set_xticks(x, ["DeepSeek-V2", "Mixtral 8x7B", "DBRX"])
-    ax[0, 0].set_ylabel("prefill throughput gain (%)")
-    ax[0, 0].set_title("003 Table 1")
-    ax[0, 0].legend()
-    plotting.save(fig, out / "table1.png")
+    epsmoe_figures.table1(out / "table1.png", plotting.read_csv(out / "table1.csv"))
     extra = {"n_star_fig11": {f"{k[0]}_{k[1]}": {"argmin": v["argmin"], "n_star": v["n_star"],
                                                  "C_s": v["C"], "k_s": v["k"]}
                               for k, v in f11.items()},

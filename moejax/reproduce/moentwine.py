@@ -198,8 +198,9 @@ def fig13c(out: Path, quick: bool) -> dict:
             rows["reduction"].append(_reduction(b["comm_s"], e["comm_s"]))
     _csv(out / "fig13c_scales.csv", rows)
     labels = [f"{p}\nTP={t}" for p, t in zip(rows["platform"], rows["tp"], strict=True)]
-    _plot_simple_bars(out / "fig13c_scales.png", labels, rows["reduction"],
-                      "ER comm reduction vs baseline", "001 Fig. 13(c)")
+    _plot_simple_bars(out / "fig13c_scales.png", labels,
+                      [100 * x for x in rows["reduction"]],
+                      "ER comm reduction vs baseline (%)", "001 Fig. 13(c)")
     return rows
 
 
@@ -325,29 +326,17 @@ def esp_claim(rows: dict) -> Claim:
 def fig11_heatmaps(out: Path) -> list[str]:
     """Per-link traffic heatmaps of the all-reduce and the all-to-all on a 4x4 WSC (Fig. 11)."""
     files = []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 2, figsize=(8, 8))
     cols = {"mapping": [], "phase": [], "link": [], "bytes": []}
-    for i, mapping in enumerate(("baseline", "er")):
+    for mapping in ("baseline", "er"):
         r = comm_point("wsc-4x4", "qwen3-235b-a22b", mapping, 4)
         cfg, _ = _layer_fn("wsc-4x4", "qwen3-235b-a22b", mapping, 4, True)
-        for j, (phase, loads) in enumerate((("all-reduce", r["ar_link_bytes"]),
-                                            ("all-to-all", r["link_bytes"]))):
-            _draw_mesh_loads(axes[i, j], loads, cfg.topo.rows, cfg.topo.cols,
-                             f"{mapping}: {phase}")
+        for phase, loads in (("all-reduce", r["ar_link_bytes"]), ("all-to-all", r["link_bytes"])):
             for k, name in enumerate(cfg.topo.link_names):
                 cols["mapping"].append(mapping)
                 cols["phase"].append(phase)
                 cols["link"].append(name)
                 cols["bytes"].append(float(loads[k]))
-    fig.suptitle("001 Fig. 11: link traffic (bytes per layer), 4x4 WSC, TP=4")
-    fig.tight_layout()
-    fig.savefig(out / "fig11_heatmaps.png", dpi=90)
-    plt.close(fig)
+    plot_fig11(out / "fig11_heatmaps.png", cols)
     _csv(out / "fig11_heatmaps.csv", cols)
     files += ["fig11_heatmaps.png", "fig11_heatmaps.csv"]
     return files
@@ -498,8 +487,9 @@ def fig17(out: Path, quick: bool) -> dict:
             rows[k].append(float(r[k]))
         res[name] = r
     _csv(out / "fig17_nvl72.csv", rows)
-    _plot_simple_bars(out / "fig17_nvl72.png", rows["system"], rows["moe_throughput"],
-                      "per-device MoE throughput (token-expert pairs / s)", "001 Fig. 17")
+    _plot_simple_bars(out / "fig17_nvl72.png", rows["system"],
+                      [x / 1e6 for x in rows["moe_throughput"]],
+                      "MoE throughput per device\n(M token-expert pairs / s)", "001 Fig. 17")
     return res
 
 
@@ -683,15 +673,6 @@ def _csv(path: Path, cols: dict) -> None:
     atomic_write_csv(path, {k: np.asarray(v) for k, v in cols.items()})
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 # Axis names and legend titles of the figures (column names are CSV headers, not labels).
 _LABELS = {"tokens_per_group": "tokens per TP group", "tp": "TP degree (devices per group)",
            "max_over_mean": "max / mean device load", "comm": "communication per layer",
@@ -777,23 +758,43 @@ def _plot_simple_bars(path, labels, values, ylabel, title):
     plotting.save(fig, path, dpi=90)
 
 
-def _draw_mesh_loads(ax, loads, rows, cols, title):
-    """Draw each directed mesh link as a coloured segment (both directions summed)."""
-    nh, nv = rows * (cols - 1), (rows - 1) * cols
-    loads = np.asarray(loads)
-    h = loads[:nh] + loads[nh:2 * nh]
-    v = loads[2 * nh:2 * nh + nv] + loads[2 * nh + nv:]
-    top = max(float(np.max(loads)) * 2, 1e-30)
-    import matplotlib
-
-    cmap = matplotlib.colormaps["inferno_r"]
-    for r in range(rows):
-        for c in range(cols - 1):
-            ax.plot([c, c + 1], [-r, -r], color=cmap(h[r * (cols - 1) + c] / top), lw=6)
-    for r in range(rows - 1):
-        for c in range(cols):
-            ax.plot([c, c], [-r, -r - 1], color=cmap(v[r * cols + c] / top), lw=6)
-    rr, cc = np.divmod(np.arange(rows * cols), cols)
-    ax.scatter(cc, -rr, s=60, c="lightgray", zorder=3)
-    ax.set_title(title, fontsize=9)
-    ax.set_axis_off()
+def plot_fig11(path, cols) -> None:
+    """Fig. 11: bytes per layer on each mesh link (both directions summed), one row per
+    mapping, one column per phase; one colour scale per phase, fitted to its data, so the
+    mappings compare directly. Link names are `D rR cC` (D = E/W: link (R, C)-(R, C+1),
+    S/N: (R, C)-(R+1, C)), as `cfg.topo.link_names`."""
+    names = [str(x) for x in cols["link"]]
+    d = [n.split()[0] for n in names]
+    r = np.asarray([int(n.split()[1][1:]) for n in names])
+    c = np.asarray([int(n.split()[2][1:]) for n in names])
+    horiz = np.isin(d, ("E", "W"))
+    rows_, cols_ = int(r[horiz].max()) + 1, int(c[horiz].max()) + 2
+    maps = list(dict.fromkeys(str(x) for x in cols["mapping"]))
+    phases = list(dict.fromkeys(str(x) for x in cols["phase"]))
+    bytes_ = np.asarray(cols["bytes"], np.float64)
+    mapping, phase = np.asarray(cols["mapping"]).astype(str), np.asarray(cols["phase"]).astype(str)
+    titles = {"baseline": "baseline (compact TP blocks)", "er": "ER-Mapping (001 §IV-A)"}
+    fig, axes = plotting.figure(len(maps), len(phases), width=3.9, height=3.4)
+    grids = {}
+    for m in maps:
+        for ph in phases:
+            sel = (mapping == m) & (phase == ph)
+            h = np.zeros((rows_, cols_ - 1))
+            v = np.zeros((rows_ - 1, cols_))
+            for di, ri, ci, b in zip(np.asarray(d)[sel], r[sel], c[sel], bytes_[sel],
+                                     strict=True):
+                (h if di in ("E", "W") else v)[ri, ci] += b / 1e6  # MB, both directions
+            grids[(m, ph)] = (h, v)
+    for j, ph in enumerate(phases):
+        lo, hi = plotting.color_limits(np.concatenate(
+            [np.concatenate([g[0].ravel(), g[1].ravel()]) for (m, p), g in grids.items()
+             if p == ph]))
+        for i, m in enumerate(maps):
+            ax = axes[i, j]
+            lc = plotting.mesh_links(ax, rows_, cols_, *grids[(m, ph)], vmin=lo, vmax=hi)
+            ax.set_title(f"{titles.get(m, m)}: {ph}", fontsize=8)
+        fig.colorbar(lc, ax=axes[:, j], label=f"{ph} traffic per link (MB per layer)",
+                     shrink=0.8)
+    fig.suptitle("001 Fig. 11: link traffic on a 4x4 WSC, TP = 4, qwen3-235b-a22b "
+                 "(dots: dies)", fontsize=9)
+    plotting.save(fig, path, dpi=90)

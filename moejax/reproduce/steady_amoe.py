@@ -30,9 +30,8 @@ import numpy as np
 
 from moejax.errors import ConfigError
 from moejax.models import load_model
-from moejax.plotting import figure, save
 from moejax.policies import load_policy
-from moejax.reproduce import Claim, Report
+from moejax.reproduce import Claim, Report, amoe_figures
 from moejax.reproduce.progress import study_progress
 from moejax.results import atomic_write_csv, atomic_write_rows
 from moejax.systems.amoe import aep, serve, steady, sync, sync_closed
@@ -152,22 +151,7 @@ def _best(rows, **match) -> float:
 
 
 def _plot_curves(path: Path, rows, panels, title: str, x="throughput_tok_s") -> None:
-    fig, axes = figure(1, len(panels), width=4.0, height=3.2)
-    for ax, (label, match) in zip(axes[0], panels, strict=True):
-        for sysname in ("aep", "sync", "sync_roofline"):
-            sel = [r for r in rows if r["system"] == sysname
-                   and all(r[k] == v for k, v in match.items()) and r["start"] == "spread"]
-            sel = [r for r in sel if np.isfinite(r[x])]
-            if sel:
-                ax.plot([r[x] / 1e3 for r in sel], [r["itl_mean_s"] * 1e3 for r in sel], "o-",
-                        label={"aep": "AMoE (aep-defrag)", "sync": "sync EP (SGLang)",
-                               "sync_roofline": "sync EP (roofline)"}[sysname])
-        ax.set_title(label, fontsize=9)
-        ax.set_xlabel("throughput (k tok/s)")
-        ax.set_ylabel("mean ITL (ms)")
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    save(fig, path)
+    amoe_figures.curves(path, rows, panels, title, x)
 
 
 def _parallel(jobs):
@@ -290,20 +274,7 @@ def run(out_dir: Path, quick: bool) -> Report:
         rows_o = _parallel([(open_point, ("aep-defrag", ONE_NODE, 1, "medium", r,
                                           grid.arrivals_s), {}) for r in grid.rates])
         atomic_write_rows(out_dir / "fig9b_open_loop.csv", rows_o)
-        fig, axes = figure(1, 2, width=4.2, height=3.2)
-        axes[0, 0].plot([r["throughput_tok_s"] / 1e3 for r in rows_o],
-                        [r["itl_mean_s"] * 1e3 for r in rows_o], "o-", label="mean")
-        axes[0, 0].plot([r["throughput_tok_s"] / 1e3 for r in rows_o],
-                        [r["itl_p99_s"] * 1e3 for r in rows_o], "s--", label="p99")
-        axes[0, 0].set_xlabel("delivered throughput (k tok/s)")
-        axes[0, 0].set_ylabel("ITL (ms)")
-        axes[0, 0].legend(fontsize=7)
-        axes[0, 1].plot([r["offered_tok_s"] / 1e3 for r in rows_o],
-                        [r["throughput_tok_s"] / 1e3 for r in rows_o], "o-")
-        axes[0, 1].set_xlabel("offered (k tok/s)")
-        axes[0, 1].set_ylabel("delivered (k tok/s)")
-        fig.suptitle("002 Fig. 9(b): AMoE open loop, medium top-1, 8x A100", fontsize=10)
-        save(fig, out_dir / "fig9b_open_loop.png")
+        amoe_figures.open_loop(out_dir / "fig9b_open_loop.png", rows_o)
         files += ["fig9b_open_loop.csv", "fig9b_open_loop.png"]
         tick("Fig. 9(b) open loop")
 
@@ -371,19 +342,12 @@ def _fig12(out_dir: Path, by, grid: Grid) -> None:
     bin_s = 1.0
     edges = np.arange(int(grid.arrivals_s * 1.5) + 1) * bin_s
     cols = {"t_s": edges[:-1]}
-    fig, axes = figure(1, 1, width=5.0, height=3.2)
-    ax = axes[0, 0]
-    for pol, style in (("aep-flfs", "-"), ("aep-defrag", "--"), ("aep-mtfs", "-.")):
+    for pol in ("aep-flfs", "aep-defrag", "aep-mtfs"):
         res = by[(pol, 1)]["_res"]
         arr = res["arrival"] * 1e-6
         comp = res["complete"] * 1e-6
         cols[f"{pol}_input_per_s"] = np.histogram(arr, edges)[0] / bin_s
         cols[f"{pol}_done_per_s"] = np.histogram(comp, edges)[0] / bin_s
-        ax.plot(cols["t_s"], cols[f"{pol}_done_per_s"], style, label=f"{pol} completions")
-    ax.plot(cols["t_s"], cols["aep-flfs_input_per_s"], ":", label="input")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("requests/s")
-    ax.legend(fontsize=7)
-    ax.set_title("002 Fig. 12: input vs completion rate (top-1, 80% load)", fontsize=9)
-    save(fig, out_dir / "fig12_rates.png")
+    amoe_figures.rates(out_dir / "fig12_rates.png", cols,
+                       "002 Fig. 12: arrivals vs completions, top-1, 80% load")
     atomic_write_csv(out_dir / "fig12_rates.csv", cols)

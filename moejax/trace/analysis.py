@@ -224,16 +224,11 @@ def plot(trace: Trace, path, meta: dict | None = None, title: str = "",
     """A 2x2 PNG: sorted expert shares per layer, skew per layer, activated experts vs m,
     and cross-layer affinity / temporal locality. `fitted` (family -> sorted shares [E])
     overlays fitted generator profiles on the first panel."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from moejax.results import atomic_write_bytes
+    from moejax import plotting
 
     a = analyze(trace, meta)
     e = trace.num_experts
-    fig, ax = plt.subplots(2, 2, figsize=(11, 8))
+    fig, ax = plotting.figure(2, 2, width=5.5, height=4.0)
     srt = sorted_load_profile(trace) * e
     ranks = np.arange(1, e + 1)
     for row in srt:
@@ -242,12 +237,21 @@ def plot(trace: Trace, path, meta: dict | None = None, title: str = "",
     for fam, prof in (fitted or {}).items():
         ax[0, 0].plot(ranks, np.asarray(prof) * e, "--", lw=1.5, label=f"fitted {fam}")
     per = "" if trace.has_tokens else " (mean of iterations)"
-    ax[0, 0].set(xscale="log", yscale="log", xlabel="expert rank", ylabel="load / mean load",
+    plotting.log_axis(ax[0, 0], "x", base=2)
+    pos = srt[np.isfinite(srt) & (srt > 0)]
+    wide = pos.size and pos.max() / pos.min() > 64  # powers of ten over a wide span
+    if not plotting.log_if_wide(ax[0, 0], "y", srt, span=10, base=10 if wide else 2):
+        ax[0, 0].set_ylim(bottom=0)
+    ax[0, 0].set(xlabel="expert rank (1 = busiest)", ylabel="load / mean load",
                  title="sorted expert load per layer" + per)
     ax[0, 0].legend(fontsize=8)
     skew = srt[:, 0]
     ax[0, 1].bar(np.arange(len(skew)), skew, color="tab:orange")
     ax[0, 1].axhline(1.0, color="k", lw=0.8)
+    from matplotlib.ticker import MaxNLocator
+
+    for a_ in (ax[0, 1], ax[1, 1]):  # layer indices: whole numbers only
+        a_.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax[0, 1].set(xlabel="recorded layer (index)", ylabel="max / mean load",
                  title="per-layer skew" + per)
     act = a["activated"]
@@ -257,7 +261,8 @@ def plot(trace: Trace, path, meta: dict | None = None, title: str = "",
                   label="independent tokens, recorded shares")
     ax[1, 0].plot(act["m"], np.nanmean(meas, 0), "o-", color="tab:blue",
                   label="recorded" + (" (consecutive tokens)" if trace.has_tokens else ""))
-    ax[1, 0].set(xscale="log", xlabel="tokens in batch m", ylabel="activated experts",
+    plotting.log_axis(ax[1, 0], "x", base=2)
+    ax[1, 0].set(xlabel="tokens in batch m", ylabel="activated experts",
                  title=f"activated experts (E={e}, k={trace.top_k})")
     ax[1, 0].legend(fontsize=8)
     t = a["temporal"]
@@ -279,12 +284,4 @@ def plot(trace: Trace, path, meta: dict | None = None, title: str = "",
     else:
         ax[1, 1].axis("off")
     fig.suptitle(title)
-    fig.tight_layout()
-    import io as _io
-
-    buf = _io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    path = Path(path)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    return plotting.save(fig, Path(path), dpi=90)
