@@ -48,8 +48,11 @@ def curves(path: Path, rows, panels, title: str, x: str = "throughput_tok_s",
         plotting.time_axis(ax, "y", "ms", "mean inter-token latency")
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("throughput (k tok/s)")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=7)
+    seen = {}  # every line drawn in any panel, once (a system may be absent from some)
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=3, fontsize=7)
     fig.suptitle(title, fontsize=10)
     plotting.save(fig, path)
 

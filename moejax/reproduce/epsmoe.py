@@ -180,14 +180,7 @@ def fig9(out: Path, run: Runner, tick) -> dict:
                                    float(m_dev.mean())), strict=True):
             cols[key].append(val)
     _csv(out / "fig9_split_io.csv", cols)
-    fig, ax = plotting.figure()
-    ax[0, 0].plot(pn, cols["horizontal_MB"], "o-", label="(a) horizontal (by expert)")
-    ax[0, 0].plot(pn, cols["vertical_MB"], "s-", label="(b) vertical (by column)")
-    ax[0, 0].set_xlabel("PN")
-    ax[0, 0].set_ylabel("GEMM memory I/O per device (MB)")
-    ax[0, 0].set_title("003 Fig. 9 / E8: DeepSeek-V2, 4096 tok/device", fontsize=8)
-    ax[0, 0].legend(fontsize=7)
-    plotting.save(fig, out / "fig9_split_io.png")
+    epsmoe_figures.fig9(out / "fig9_split_io.png", {k: np.asarray(v) for k, v in cols.items()})
     tick("Fig. 9 split I/O")
     return {"difference_is_(N-1)mP1": exact,
             "vertical_over_horizontal_at_N20": float(vb[..., -1].mean() / va[..., -1].mean()),

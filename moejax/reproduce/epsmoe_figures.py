@@ -114,6 +114,18 @@ def fig11(path: Path, cols: dict, n_star: dict) -> None:
     plotting.save(fig, path)
 
 
+def fig9(path: Path, cols: dict) -> None:
+    """Fig. 9 / E8: GEMM memory I/O per device of the horizontal and vertical splits."""
+    fig, ax = plotting.figure()
+    ax[0, 0].plot(cols["PN"], cols["horizontal_MB"], "o-", label="(a) horizontal (by expert)")
+    ax[0, 0].plot(cols["PN"], cols["vertical_MB"], "s-", label="(b) vertical (by column)")
+    ax[0, 0].set_xlabel("pipeline degree PN")
+    ax[0, 0].set_ylabel("GEMM memory I/O per device (MB)")
+    ax[0, 0].set_title("003 Fig. 9 / E8: DeepSeek-V2, 4096 tok/device", fontsize=8)
+    ax[0, 0].legend(fontsize=7)
+    plotting.save(fig, path)
+
+
 def table1(path: Path, cols: dict) -> None:
     """Table 1: prefill throughput gain of EPS-MoE over each model's baseline."""
     fig, ax = plotting.figure(width=5.0, height=3.4)
@@ -153,6 +165,9 @@ def plot_from_dir(src: Path, out: Path) -> list[str]:
         summ = json.loads((src / "summary.json").read_text(encoding="utf-8"))
         fig11(out / "fig11_pn.png", read(src / "fig11_pn.csv"), summ.get("n_star_fig11", {}))
         names.append("fig11_pn.png")
+    if (src / "fig9_split_io.csv").is_file():
+        fig9(out / "fig9_split_io.png", read(src / "fig9_split_io.csv"))
+        names.append("fig9_split_io.png")
     if (src / "table1.csv").is_file():
         table1(out / "table1.png", read(src / "table1.csv"))
         names.append("table1.png")
