@@ -73,9 +73,11 @@ class WaferConfig:
     # network model of the all-to-all and ring collectives (mesh platforms): "link_load" =
     # cut-through max link load (`physics.collectives`), "eq1" = 001 Eq. 1 store-and-forward
     # per transfer, serialized per port (`physics.eq1`, ports "link" or "device")
-    network: str = "link_load"
+    # defaults (issue 14): the paper's own model, 001 Eq. 1 with bidirectional rings; the
+    # cut-through, one-way reading stays as network="link_load", bidirectional_rings=False
+    network: str = "eq1"
     eq1_ports: str = "link"
-    bidirectional_rings: bool = False  # 001 §IV-B2 "Packages are sent bi-directionally"
+    bidirectional_rings: bool = True  # 001 §IV-B2 "Packages are sent bi-directionally"
 
     @property
     def num_devices(self) -> int:
@@ -100,8 +102,8 @@ def make_config(platform: Platform, model: ModelSpec, *, mapping: str = "baselin
                 invasive: bool = True, shadow_slots: int = 0, history_decay: float = 0.8,
                 cold_fraction: float = 0.5, context_len: int = 0,
                 migration_free: bool = False, expert_shards: int = 0,
-                network: str = "link_load", eq1_ports: str = "link",
-                bidirectional_rings: bool = False) -> WaferConfig:
+                network: str = "eq1", eq1_ports: str = "link",
+                bidirectional_rings: bool = True) -> WaferConfig:
     """Validated WaferConfig; topology, mapping and source split are built once here.
 
     expert_shards > 0 turns on ESP (001 §VI-B5): every expert is sliced over the devices of
@@ -1042,9 +1044,9 @@ def _read_options(t) -> tuple[dict, dict]:
         cold_fraction=t.float("cold_fraction", 0.5, hi=1.0),
         context_len=t.int("context_len", 0, lo=0),
         expert_shards=t.int("expert_shards", 0, lo=0),  # ESP, 001 §VI-B5 (0 = off)
-        network=t.str("network", "link_load", choices=NETWORKS),  # 001 Eq. 1 or cut-through
+        network=t.str("network", "eq1", choices=NETWORKS),  # 001 Eq. 1 or cut-through
         eq1_ports=t.str("eq1_ports", "link", choices=eq1.PORTS),
-        bidirectional_rings=t.bool("bidirectional_rings", False),  # 001 §IV-B2
+        bidirectional_rings=t.bool("bidirectional_rings", True),  # 001 §IV-B2
     )
     mbs = t._get("micro_batches", [1, 2, 4, 8], False)
     if not (isinstance(mbs, list) and mbs and all(isinstance(x, int) and not isinstance(x, bool)
