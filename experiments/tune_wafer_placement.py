@@ -4,8 +4,9 @@
         --export policies/wafer-tuned-qwen3-30b-a3b-wsc-4x4.toml
 
 qwen3-30b-a3b (128 experts) on the wsc-4x4 wafer (16 dies, 8 experts per die), baseline
-mapping policy `ep-baseline-map`, through the wafer system's own relaxation (a soft row is
-a split expert). The evaluation is hard mode on held-out traces; the export writes the
+mapping policy `ep-baseline-map-link-load` (`ep-baseline-map` pinned to the cut-through
+network it was tuned under, issue 14), through the wafer system's own relaxation (a soft row
+is a split expert). The evaluation is hard mode on held-out traces; the export writes the
 wafer policy's explicit `placement` list.
 """
 
@@ -15,7 +16,7 @@ import _tune_script
 
 from moejax.tune import TuneConfig
 
-SHIPPED = TuneConfig(system="wafer", policy="ep-baseline-map", hardware="wsc-4x4",
+SHIPPED = TuneConfig(system="wafer", policy="ep-baseline-map-link-load", hardware="wsc-4x4",
                      model="qwen3-30b-a3b", params=("placement",), steps=60, traces=32,
                      batch=8, eval_traces=64, trace_gen="powerlaw:alpha=1.2", tokens=256,
                      iterations=2, layers=1, seed=0, lr=0.1, tau_start=1.0, tau_end=0.005,

@@ -138,10 +138,12 @@ def test_dispatch_fetches_inside_the_ftd_or_from_the_nearest_holder():
 # --- the system against the plain reference ------------------------------------------------
 
 
-def _cfg(mapping="baseline", tp=2, kind="mesh2d", retain=True, **topo):
+def _cfg(mapping="baseline", tp=2, kind="mesh2d", retain=True, network="eq1", bidi=True,
+         **topo):
     plat = make_platform(kind, **topo)
     model = make_model(num_experts=8, top_k=2)
-    return system.make_config(plat, model, mapping=mapping, tp_size=tp, retain_allgather=retain)
+    return system.make_config(plat, model, mapping=mapping, tp_size=tp, retain_allgather=retain,
+                              network=network, bidirectional_rings=bidi)
 
 
 CASES = [
@@ -152,6 +154,8 @@ CASES = [
     dict(mapping="er", tp=4, rows=4, cols=4, retain=False),
     dict(mapping="her", tp=2, kind="multi_wafer_mesh"),
     dict(mapping="baseline", tp=2, kind="multi_wafer_mesh"),
+    # the pre-issue-14 default, now a named alternative: cut-through, one-way rings
+    dict(mapping="er", tp=4, rows=4, cols=4, network="link_load", bidi=False),
 ]
 
 

@@ -156,3 +156,15 @@ def test_eq1_costs_more_than_cut_through_and_bad_values_name_the_field():
         _cfg(network="ideal", **kw)
     with pytest.raises(ConfigError, match="eq1_ports"):
         _cfg(ports="router", **kw)
+
+
+def test_invasive_migration_is_timed_by_the_layer_network_model():
+    # one expert copy (V bytes) two hops east: Eq. 1 store-and-forward vs cut-through
+    v = 3e3
+    mig = np.zeros((4, 4), np.float32)
+    mig[0, 2] = v
+    t = {net: float(system.migration_time_s(_cfg(network=net, rows=1, cols=4, link_Bps=BW,
+                                                   hop_latency_s=LAT), jnp.asarray(mig)))
+         for net in ("eq1", "link_load")}
+    assert t["eq1"] == pytest.approx((v / BW + LAT) * 2)
+    assert t["link_load"] == pytest.approx(v / BW + 2 * LAT)

@@ -137,6 +137,26 @@ def port_parts_np(traffic: np.ndarray, tab: Eq1Tables):
     return tuple(out)
 
 
+def envelope(bw_part: np.ndarray, lat_part: np.ndarray):
+    """The ports of static parts [Pt] that can be the busiest: (bw [K], latency [K]), K >= 1.
+
+    For a phase that scales as a whole (x * bw + latency, x >= 0: a ring step of n tokens
+    cut into m micro-batches), a port whose parts are both <= another's never sets the max;
+    dropping it, and duplicates, leaves `time_s` unchanged exactly (max of the same values).
+    A ring step of equal transfers keeps one port. Hard mode only: a relaxed max
+    (logsumexp over the ports) counts every port.
+    """
+    a, b = np.asarray(bw_part, np.float64), np.asarray(lat_part, np.float64)
+    order = np.lexsort((-b, -a))  # by bw part, then latency part, descending
+    keep, top = [], -np.inf
+    for p in order:  # static host loop over ports, once per configuration
+        if b[p] > top:
+            keep.append(p)
+            top = b[p]
+    keep = np.sort(np.asarray(keep))
+    return a[keep], b[keep]
+
+
 def time_s(bw_part, lat_part, m=1.0, tau=0.0):
     """Seconds of one phase (per micro-batch when m > 1): the busiest port."""
     return relax.max(bw_part / m + lat_part, tau, axis=-1)

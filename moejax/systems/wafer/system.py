@@ -73,9 +73,11 @@ class WaferConfig:
     # network model of the all-to-all and ring collectives (mesh platforms): "link_load" =
     # cut-through max link load (`physics.collectives`), "eq1" = 001 Eq. 1 store-and-forward
     # per transfer, serialized per port (`physics.eq1`, ports "link" or "device")
-    network: str = "link_load"
+    # defaults (issue 14): the paper's own model, 001 Eq. 1 with bidirectional rings; the
+    # cut-through, one-way reading stays as network="link_load", bidirectional_rings=False
+    network: str = "eq1"
     eq1_ports: str = "link"
-    bidirectional_rings: bool = False  # 001 §IV-B2 "Packages are sent bi-directionally"
+    bidirectional_rings: bool = True  # 001 §IV-B2 "Packages are sent bi-directionally"
 
     @property
     def num_devices(self) -> int:
@@ -100,8 +102,8 @@ def make_config(platform: Platform, model: ModelSpec, *, mapping: str = "baselin
                 invasive: bool = True, shadow_slots: int = 0, history_decay: float = 0.8,
                 cold_fraction: float = 0.5, context_len: int = 0,
                 migration_free: bool = False, expert_shards: int = 0,
-                network: str = "link_load", eq1_ports: str = "link",
-                bidirectional_rings: bool = False) -> WaferConfig:
+                network: str = "eq1", eq1_ports: str = "link",
+                bidirectional_rings: bool = True) -> WaferConfig:
     """Validated WaferConfig; topology, mapping and source split are built once here.
 
     expert_shards > 0 turns on ESP (001 §VI-B5): every expert is sliced over the devices of
@@ -279,9 +281,19 @@ def allreduce_unit_phases(cfg: WaferConfig):
         ports_of = [eq1.port_parts_np(st, eq1.tables(cfg.topo, cfg.eq1_ports)) if cfg.eq1
                     else None for _, st in phases]
     for (steps, step), loads, ports in zip(phases, loads_of, ports_of, strict=True):
+        # a phase equal to an earlier one (the retained all-gather repeats the reduce-scatter's
+        # ring steps) folds into it: k * x + k * x == (2 k) * x exactly in floating point
+        same = [i for i, (k, st) in enumerate(phases[:len(out)])
+                if out[i] is not None and k == steps and np.array_equal(st, step)]
+        if same:
+            s0, l0, lat0, p0 = out[same[0]]
+            out[same[0]] = (s0 + steps, l0, lat0, p0)
+            out.append(None)
+            continue
         lat = (cfg.topo.path_latency_s * (step * (1 - np.eye(len(step))) > 0)).max()
-        out.append((steps, loads, lat if isinstance(lat, jax.core.Tracer) else float(lat), ports))
-    return tuple(out)
+        out.append((steps, loads, lat if isinstance(lat, jax.core.Tracer) else float(lat),
+                    ports))
+    return tuple(o for o in out if o is not None)
 
 
 # --- ESP (001 §VI-B5) -----------------------------------------------------------------------
@@ -387,6 +399,14 @@ class UnitTables:
     d_plat: np.ndarray | None = None
     c_pbw: np.ndarray | None = None
     c_plat: np.ndarray | None = None
+    # hard mode (`eq1_hard_ports`): the dispatch / combine ports split into a block that is
+    # diagonal in the units (counts-only: unit u = device u, whose own in-ports (dispatch) or
+    # out-ports (combine) only it loads) and the other ports some unit uses (nonzero
+    # bandwidth part; unused ones stay 0, every part is >= 0, so the max does not need them)
+    d_cols: np.ndarray | None = None  # matrix-product ports of the dispatch
+    c_cols: np.ndarray | None = None
+    d_diag: tuple | None = None  # (bw [U, P], latency [U, P]) diagonal block, or None
+    c_diag: tuple | None = None
 
 
 def _unit_weights(cfg: WaferConfig, counts_only: bool) -> np.ndarray:
@@ -453,7 +473,57 @@ def unit_tables(cfg: WaferConfig, counts_only: bool) -> UnitTables | None:
     if cfg.eq1 and support.max() > 1:  # overlapping units: the latency indicator is not linear
         return None
     xp = jnp if isinstance(plat, jax.core.Tracer) else np  # a swept hop latency (moejax.sweep)
-    return UnitTables(**{k: xp.concatenate(v).astype(xp.float32) for k, v in parts.items()})
+    cols = {}
+    if cfg.eq1 and xp is np:  # a port is used iff its bandwidth part is > 0 (inv_bw > 0)
+        for k in ("d", "c"):
+            cols.update(_hard_port_split(k, np.concatenate(parts[f"{k}_pbw"]),
+                                         np.concatenate(parts[f"{k}_plat"]), d))
+    return UnitTables(**{k: xp.concatenate(v).astype(xp.float32) for k, v in parts.items()},
+                      **cols)
+
+
+def _hard_port_split(k: str, pbw: np.ndarray, plat: np.ndarray, d: int) -> dict:
+    """UnitTables' `{k}_cols` / `{k}_diag` from a phase's port tables [U, 2 D P] (out, in)."""
+    u, pt = pbw.shape
+    p = pt // (2 * d)
+    used = pbw.max(0) > 0
+    diag = None
+    if u == d:
+        for blk in (1, 0):  # in-ports (dispatch), out-ports (combine)
+            sl = slice(blk * d * p, (blk + 1) * d * p)
+            w = pbw[:, sl].reshape(u, d, p)
+            if not (w * (1.0 - np.eye(d))[:, :, None]).any():
+                idx = np.arange(d)
+                diag = (w[idx, idx].astype(np.float32),
+                        plat[:, sl].reshape(u, d, p)[idx, idx].astype(np.float32))
+                used[sl] = False
+                break
+    cols = np.flatnonzero(used)
+    return {f"{k}_cols": cols if cols.size or diag else np.zeros(1, np.int64),
+            f"{k}_diag": diag}
+
+
+def eq1_hard_ports(tabs: UnitTables, v, tb):
+    """(dispatch link bytes [Lk], combine link bytes [Lk], Eq. 1 port parts ((bw, latency)
+    of the dispatch, of the combine)) in hard mode: only the ports a unit uses, the link
+    loads and both phases' bandwidth parts in one matrix product, the latency parts in one
+    more, the diagonal blocks elementwise. Same max as the full port vectors (parts >= 0)."""
+    on = (v > 0).astype(jnp.float32)
+    nd, lk = len(tabs.d_cols), tabs.d_loads.shape[1]
+    prod = v @ jnp.asarray(np.concatenate([tabs.d_loads, tabs.c_loads,
+                                           tabs.d_pbw[:, tabs.d_cols],
+                                           tabs.c_pbw[:, tabs.c_cols]], axis=1)) * tb
+    d_loads, c_loads, pbw = prod[:lk], prod[lk:2 * lk], prod[2 * lk:]
+    plat = on @ jnp.asarray(np.concatenate([tabs.d_plat[:, tabs.d_cols],
+                                            tabs.c_plat[:, tabs.c_cols]], axis=1))
+    out = []
+    for diag, b, lat in ((tabs.d_diag, pbw[:nd], plat[:nd]), (tabs.c_diag, pbw[nd:],
+                                                               plat[nd:])):
+        if diag is not None:
+            b = jnp.concatenate([b, (v[:, None] * diag[0]).reshape(-1) * tb])
+            lat = jnp.concatenate([lat, (on[:, None] * diag[1]).reshape(-1)])
+        out.append((b, lat))
+    return d_loads, c_loads, out[0], out[1]
 
 
 def all_to_all_parts(cfg: WaferConfig, host, expert_ids, token_mask, counts, tau_s):
@@ -491,15 +561,20 @@ def all_to_all_parts(cfg: WaferConfig, host, expert_ids, token_mask, counts, tau
     else:
         v = (counts * scale) @ mix if counts_only else ((pairs * scale) @ mix).reshape(-1)
         bw = jnp.asarray(topo.link_Bps, jnp.float32)
-        d_loads = (v @ jnp.asarray(tabs.d_loads)) * tb
-        c_loads = (v @ jnp.asarray(tabs.c_loads)) * tb
+        eq1_hard = (cfg.eq1 and isinstance(tau_s, float) and tau_s == 0.0
+                    and tabs.d_cols is not None)  # `layer`'s hard branch
+        if eq1_hard:
+            d_loads, c_loads, d_ports, c_ports = eq1_hard_ports(tabs, v, tb)
+        else:
+            d_loads = (v @ jnp.asarray(tabs.d_loads)) * tb
+            c_loads = (v @ jnp.asarray(tabs.c_loads)) * tb
         d_busy = relax.max(d_loads / bw, tau_s, axis=-1)
         c_busy = relax.max(c_loads / bw, tau_s, axis=-1)
         d_lat = jnp.max((v > 0) * jnp.asarray(tabs.d_lat))
         c_lat = jnp.max((v > 0) * jnp.asarray(tabs.c_lat))
         hops = (v @ jnp.asarray(tabs.hops)) / jnp.maximum(v @ jnp.asarray(tabs.total), 1e-30)
         remote = (v @ jnp.asarray(tabs.remote)) * tb * 2.0
-        if cfg.eq1:
+        if cfg.eq1 and not eq1_hard:
             on = (v > 0).astype(jnp.float32)
             d_ports = ((v @ jnp.asarray(tabs.d_pbw)) * tb, on @ jnp.asarray(tabs.d_plat))
             c_ports = ((v @ jnp.asarray(tabs.c_pbw)) * tb, on @ jnp.asarray(tabs.c_plat))
@@ -617,8 +692,19 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
     host [E, D] 0/1 hosts (native + shadow; soft rows split an expert). binary: scalar bool
     "host is 0/1" when the caller knows it without looking at a batched host (None: checked
     here). Returns a dict of scalars and arrays.
+
+    One `relax.branch` around the whole layer: in hard mode (tau = 0) every relax op takes
+    its hard form statically and XLA fuses the layer into plain arithmetic (a traced tau in
+    each op would put a `lax.cond` around each one, cutting the fusion).
     """
-    tau_s = params.tau * time_scale_s(cfg)
+    return relax.branch(params.tau, lambda tau: _layer(cfg, params, tau, host, expert_ids,
+                                                       token_mask, counts, binary))
+
+
+def _layer(cfg: WaferConfig, params: WaferParams, tau, host, expert_ids, token_mask, counts,
+           binary):
+    """`layer` at temperature tau (a Python 0.0 in hard mode, else a traced scalar)."""
+    tau_s = tau * time_scale_s(cfg)
     topo = cfg.topo
     n_tokens = counts.sum() / cfg.model.top_k
     served, a2a = all_to_all_parts(cfg, host, expert_ids, token_mask, counts, tau_s)
@@ -628,11 +714,11 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
     if cfg.expert_shards:  # 001 §VI-B5
         esp_loads, esp_busy, esp_lat, esp_ports = esp_ring(cfg, a2a["vol"], tau_s)
         tokens_ed = counts[:, None] * served
-        t_dev, c_dev = expert_device_s(cfg, tokens_ed, tau_s, params.tau)
+        t_dev, c_dev = expert_device_s(cfg, tokens_ed, tau_s, tau)
         dev_tokens = tokens_ed.sum(0)
     else:
         binary = is_binary(host) if binary is None else binary
-        t_dev, c_dev, dev_tokens = expert_times(cfg, host, counts, tau_s, params.tau, binary)
+        t_dev, c_dev, dev_tokens = expert_times(cfg, host, counts, tau_s, tau, binary)
     t_exp = relax.max(t_dev, tau_s)
     ar_busy = jnp.float32(0.0)
     ar_lat = jnp.float32(0.0)
@@ -641,7 +727,10 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
     mb = jnp.asarray(cfg.micro_batches, jnp.float32)[:, None]
     on = (n_tokens > 0).astype(jnp.float32)
     ar_stage = jnp.zeros(mb.shape[0])
+    hard = isinstance(tau, float) and tau == 0.0
     for steps, unit_loads, lat, ports in allreduce_unit_phases(cfg):  # linear in n_tokens
+        if hard and ports is not None:  # one ring step scales as a whole: its busiest-port
+            ports = eq1.envelope(*ports)  # candidates (exact in hard mode)
         loads = n_tokens * jnp.asarray(unit_loads, jnp.float32)
         b = relax.max(loads / bw, tau_s, axis=-1) * on
         ar_busy, ar_lat = ar_busy + steps * b, ar_lat + steps * lat * on
@@ -670,14 +759,18 @@ def layer(cfg: WaferConfig, params: WaferParams, host, expert_ids, token_mask, c
         esp_bytes = jnp.zeros(topo.num_links)
     moe_sum, moe_max = pipeline_stages_s(stages, tau_s)
     moe_phase = moe_sum + (mb[:, 0] - 1) * moe_max
+    if cfg.eq1 and 1 in cfg.micro_batches:  # one pass (m = 1): the stages' m = 1 entry
+        i1 = cfg.micro_batches.index(1)
+        d_all, c_all, ar_all = d_stage[i1], c_stage[i1], ar_stage[i1]
     if cfg.eq1:  # one pass (m = 1) of each collective, reported like the link-load mode
-        d_all = eq1.time_s(*a2a["d_ports"], 1.0, tau_s)
-        c_all = eq1.time_s(*a2a["c_ports"], 1.0, tau_s)
-        ar_all = jnp.float32(0.0)
-        for steps, _, _, ports in allreduce_unit_phases(cfg):
-            ar_all = ar_all + steps * eq1.time_s(n_tokens * jnp.asarray(ports[0], jnp.float32),
-                                                 on * jnp.asarray(ports[1], jnp.float32),
-                                                 1.0, tau_s)
+        if 1 not in cfg.micro_batches:
+            d_all = eq1.time_s(*a2a["d_ports"], 1.0, tau_s)
+            c_all = eq1.time_s(*a2a["c_ports"], 1.0, tau_s)
+            ar_all = jnp.float32(0.0)
+            for steps, _, _, ports in allreduce_unit_phases(cfg):
+                ar_all = ar_all + steps * eq1.time_s(
+                    n_tokens * jnp.asarray(ports[0], jnp.float32),
+                    on * jnp.asarray(ports[1], jnp.float32), 1.0, tau_s)
         a2a_s, disp_s, ar_s, a2a_busy, ar_busy_s = d_all + c_all, d_all, ar_all, \
             d_all + c_all, ar_all
     else:
@@ -716,6 +809,16 @@ def migration_traffic(cfg: WaferConfig, native, new_copies):
     """[D(src), D(dst)] bytes of expert copies: new_copies [L, E, D] 0/1, from the native host."""
     per = new_copies.sum(0)  # [E, D(dst)]
     return native.T @ per * cfg.model.expert_weight_bytes
+
+
+def migration_time_s(cfg: WaferConfig, mig):
+    """Seconds of an invasive migration `mig` [D, D] bytes (001 §III-C, Fig. 7(b)): the copies
+    as one phase of transfers, timed by the layer's network model (Eq. 1 per port, or the
+    cut-through busiest link + longest route latency)."""
+    if cfg.eq1:
+        return eq1.phase_time_s(mig, cfg.topo, cfg.eq1_ports)
+    busy, lat, _ = phase_parts(mig, cfg.topo)
+    return busy + lat
 
 
 def cold_links(loads, cold_fraction):
@@ -789,26 +892,38 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
     """The wafer EP system over `num_iterations` iterations (one step = one iteration)."""
     d, lk, e = cfg.num_devices, cfg.topo.num_links, cfg.model.num_experts
     hops = np.asarray(cfg.topo.hops)
+    # statically nothing to move: the shadow slots stay params.shadow for the whole run
+    static = cfg.balancer == "none" or cfg.shadow_slots == 0
 
     def init(params: WaferParams, trace: Trace, key):
         del key
         n_layers = trace.counts.shape[-2]
         z = jnp.float32(0.0)
-        shadow = jnp.broadcast_to(params.shadow, (n_layers, e, d)).astype(jnp.float32)
+        # static (nothing moves): the step reads params.shadow, so the state carries an empty
+        # [L, 0, D] placeholder instead of a per-trace [L, E, D] copy (32 MB at 1024 traces)
+        shadow = (jnp.zeros((n_layers, 0, d)) if static else
+                  jnp.broadcast_to(params.shadow, (n_layers, e, d)).astype(jnp.float32))
         return WaferState(trace, shadow, jnp.zeros((n_layers, e)), jnp.float32(1e9), shadow,
                           z, {k: z for k in SCALARS}, jnp.zeros(lk), jnp.zeros(lk), z)
 
     def step(params: WaferParams, state: WaferState, t):
         tr = state.trace
         native = params.placement.astype(jnp.float32)
-        host = jnp.clip(native[None] + state.shadow, 0.0, 1.0)  # [L, E, D]
         ids, mask, counts = tr.expert_ids[t], tr.token_mask[t], tr.counts[t]
         # host = clip(native + shadow) is 0/1 when the params are (plans add 0/1 replicas);
         # a relaxed trigger (tau > 0) leaves soft shadows, but `binary` only selects the
         # fast expert path in hard mode (`expert_times`)
         binary = is_binary(params.placement) & is_binary(params.shadow)
-        out = jax.vmap(lambda h, i, c: layer(cfg, params, h, i, mask, c, binary))(host, ids,
-                                                                                   counts)
+        if static:  # the shadow slots never move: one host for every layer and trace, so
+            # under the engine's vmap over traces the layer's host products stay matrix
+            # products with a shared [E, D] (not a [T, E, D] batch; 25x less work at 8x8)
+            host1 = jnp.clip(native + params.shadow, 0.0, 1.0)  # [E, D]
+            out = jax.vmap(lambda i, c: layer(cfg, params, host1, i, mask, c, binary))(ids,
+                                                                                      counts)
+        else:
+            host = jnp.clip(native[None] + state.shadow, 0.0, 1.0)  # [L, E, D]
+            out = jax.vmap(lambda h, i, c: layer(cfg, params, h, i, mask, c, binary))(
+                host, ids, counts)
         real = (counts.sum() > 0).astype(jnp.float32)
         m = cfg.model
         dev_load = out["device_tokens"]  # [L, D]
@@ -818,11 +933,11 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
                             counts)
         idle = state.pending_left <= 0  # no non-invasive migration still in flight
         # the trace's layers sample the model's sparse layers: each of those layers migrates
-        layer_scale = m.num_sparse_layers / host.shape[0]
-        if cfg.balancer == "none" or cfg.shadow_slots == 0:  # statically nothing to move
+        layer_scale = m.num_sparse_layers / counts.shape[0]
+        if static:
             trigger = jnp.float32(0.0)
             planned = plan_shadow = state.shadow
-            copies = jnp.zeros_like(host)
+            copies = jnp.float32(0.0)
             mig = jnp.zeros((d, d))
             mig_busy, mig_lat, need = jnp.float32(0.0), jnp.float32(0.0), jnp.zeros(lk)
         else:
@@ -848,7 +963,7 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
             mig_s = jnp.float32(0.0)
             new_shadow, pending, left = plan_shadow, state.pending, state.pending_left
         elif cfg.invasive:  # 001 §III-C, Fig. 7(b): iterations stop while experts move
-            mig_s = mig_busy + mig_lat
+            mig_s = mig_busy + mig_lat if static else migration_time_s(cfg, mig)
             spill = need
             new_shadow, pending, left = plan_shadow, state.pending, state.pending_left
         else:  # 001 §V-A: a background stream on cold links; replicas go live when moved
@@ -929,9 +1044,9 @@ def _read_options(t) -> tuple[dict, dict]:
         cold_fraction=t.float("cold_fraction", 0.5, hi=1.0),
         context_len=t.int("context_len", 0, lo=0),
         expert_shards=t.int("expert_shards", 0, lo=0),  # ESP, 001 §VI-B5 (0 = off)
-        network=t.str("network", "link_load", choices=NETWORKS),  # 001 Eq. 1 or cut-through
+        network=t.str("network", "eq1", choices=NETWORKS),  # 001 Eq. 1 or cut-through
         eq1_ports=t.str("eq1_ports", "link", choices=eq1.PORTS),
-        bidirectional_rings=t.bool("bidirectional_rings", False),  # 001 §IV-B2
+        bidirectional_rings=t.bool("bidirectional_rings", True),  # 001 §IV-B2
     )
     mbs = t._get("micro_batches", [1, 2, 4, 8], False)
     if not (isinstance(mbs, list) and mbs and all(isinstance(x, int) and not isinstance(x, bool)
