@@ -2,18 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
-# The tests' shapes are small, so XLA compile time dominates their CPU time: the CPU backend at
-# optimisation level 0 compiles ~25% faster (measured on test_tune + test_ep: 221 -> 166 s CPU).
-# It changes how fast the generated code runs, not the program (no fast-math at any level;
-# at most float-rounding differences, and every comparison in the suite is within one setting).
-# Set before jax is imported; CLI subprocesses and notebook kernels inherit it.
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_backend_optimization_level=0").strip()
-
-import jax  # noqa: E402
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -44,8 +44,7 @@ SHARDED = textwrap.dedent("""
 
 
 def test_sharded_over_two_devices_equals_single_device():
-    env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
-               + " --xla_force_host_platform_device_count=2",
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
                JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     r = subprocess.run([sys.executable, "-c", SHARDED], env=env, cwd=root,
