@@ -5,6 +5,7 @@ a short tuning run, export -> simulate round trip, bad input."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,7 @@ from moejax.tune import TuneConfig, export, tune
 from moejax.tune import loop as tl
 from moejax.tune.hardware import ChipletBudget
 
+ROOT = Path(__file__).resolve().parents[1]
 MiB = 2.0**20
 HW = ("weight_buffer_bytes", "ddr_Bps", "link_Bps")
 SMALL = dict(system="fsedp", hardware="chiplet-2x2", model="qwen3-30b-a3b", params=HW,
@@ -28,8 +30,17 @@ SMALL = dict(system="fsedp", hardware="chiplet-2x2", model="qwen3-30b-a3b", para
 
 
 @pytest.fixture(scope="module")
-def prob():
-    return tl.build_problem(TuneConfig(**SMALL))
+def prob(tmp_path_factory):
+    # The checks below were written for the trajectory-only DDR / sender-link reading (the
+    # FSE-DP defaults until issue 14), where this small config's latency depends on the
+    # weight buffer. Under the new defaults (any-die loading, per-link D2D) the buffer's
+    # gradient is exactly 0 here at every size in the box (measured 4.6-7 MiB, 40 / 70 GB/s
+    # DDR): an open question for the hardware tuner (issue 14 follow-up). So the base policy
+    # pins the old reading.
+    pol = tmp_path_factory.mktemp("pol") / "fsedp-trajectory.toml"
+    pol.write_text((ROOT / "policies" / "fsedp.toml").read_text(encoding="utf-8")
+                   + 'ddr_loading = "trajectory"\nd2d = "sender"\n', encoding="utf-8")
+    return tl.build_problem(TuneConfig(**SMALL, policy=str(pol)))
 
 
 def _raw(prob, **v):
