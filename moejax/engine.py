@@ -23,9 +23,12 @@ PyTree = Any
 
 # Traces per compiled call. On CPU, batches much larger than 512 fall out of cache (a 4096
 # batch ran 2-4x slower per trace than 512 batches in benchmarks/bench_ep.py); an
-# accelerator wants large batches to fill its cores.
+# accelerator wants large batches to fill its cores, up to a point: on an H200 (jax 0.11.2,
+# 2026-11-26, benchmarks/gpu_section.sh) EP and FSE-DP ran as fast at 8192 traces per call as
+# at 16384, while the wafer layer's compile took 7 s at 4096, 20 s at 8192 and over 4
+# minutes at 16384 (one XLA reduce fusion; docs/performance.md, "GPU").
 DEFAULT_CHUNK = {"cpu": 512}
-DEFAULT_CHUNK_ACCELERATOR = 16384
+DEFAULT_CHUNK_ACCELERATOR = 8192
 # ... and at most about this many bytes of trace per call on CPU: a call's scratch grows with
 # its traces, and past ~32 MB glibc hands every call fresh pages (EP at 2048 tokens per
 # trace, 142 kB: 512 traces per call ran 28 k traces/s with 17 k page faults per run,

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import jax
 import numpy as np
 import pytest
 
@@ -52,6 +53,7 @@ def test_sharded_over_two_devices_equals_single_device():
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU default chunk")
 def test_default_chunk_caps_trace_bytes_per_call_on_cpu():
     small = {"ids": np.zeros((8, 256, 8), np.int32)}  # 8 kB per trace: the count default
     assert engine.default_chunk(small) == engine.default_chunk() == engine.DEFAULT_CHUNK["cpu"]

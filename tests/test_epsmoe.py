@@ -133,7 +133,10 @@ def test_pn_optimum_is_sqrt_c_over_k():
     grid = np.linspace(1, 20, 190001)
     gain = np.asarray(layer.pipeline_gain_s(c, grid, k))
     cont, best = layer.heuristic_pn(c, k, 20)
-    assert grid[gain.argmax()] == pytest.approx(math.sqrt(c / k), abs=5e-3)
+    # float32 gain ~1e-3 with curvature 2c/N^3 ~ 3.5e-6 near the optimum: values within
+    # ~0.008 of it round equal, so argmax of the grid can land anywhere in that plateau
+    # (8.5581 on an H200 against 8.5635)
+    assert grid[gain.argmax()] == pytest.approx(math.sqrt(c / k), abs=1e-2)
     assert cont == pytest.approx(8.563, abs=1e-3) and best == 10
     assert layer.heuristic_pn(7.48e-3, k, 2) == (2.0, 2)  # Mixtral: clipped to E_loc
 
