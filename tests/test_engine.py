@@ -62,3 +62,24 @@ def test_default_chunk_caps_trace_bytes_per_call_on_cpu():
     assert chunk == 16 and chunk * 4 * 2**18 <= engine.CPU_CHUNK_BYTES
     huge = {"ids": np.zeros((2, 2**23), np.int32)}  # 32 MB per trace: one per call
     assert engine.default_chunk(huge) == 1
+
+
+def test_resident_batch_is_sliced_on_its_device_with_the_same_results(monkeypatch):
+    """A batch already on an accelerator is sliced there (one compiled slice for every
+    offset, a short last chunk included), with the results of host slicing. CPU stands in
+    for the accelerator here."""
+    from moejax.hardware import load_platform
+    from moejax.models import load_model
+    from moejax.systems import ep
+    from moejax.trace import gen
+
+    model = load_model("qwen3-30b-a3b")
+    cfg = ep.make_config(load_platform("chiplet-2x2"), model)
+    system, params = ep.build(cfg, 1), ep.default_params(cfg)
+    tr = gen.generate("powerlaw:alpha=1.2", jax.random.key(3), num_traces=5, iterations=1,
+                      layers=1, tokens=16, num_experts=model.num_experts, top_k=model.top_k)
+    host = engine.simulate(system, params, tr, chunk_size=2, progress=False)
+    monkeypatch.setattr(engine, "_on_accelerator", lambda traces: True)
+    dev = engine.simulate(system, params, tr, chunk_size=2, progress=False)
+    for k in host:
+        np.testing.assert_array_equal(np.asarray(dev[k]), np.asarray(host[k]), err_msg=k)
