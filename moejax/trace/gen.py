@@ -528,9 +528,29 @@ def generate(
     num_traces = _check_int("num_traces", num_traces)
     shape = _check_shape_args(iterations, layers, tokens, num_experts, top_k)
     tpi = _check_tokens_per_iteration(tokens_per_iteration, (num_traces,), shape[0], shape[2])
+    step = max(1, GENERATE_SCRATCH_BYTES // _scratch_bytes(shape))
+    if num_traces > step:  # a chunk at a time: the Gumbel scores of all traces never coexist
+        lazy = generate_chunked(spec, key, num_traces=num_traces, iterations=iterations,
+                                layers=layers, tokens=tokens, num_experts=num_experts,
+                                top_k=top_k, tokens_per_iteration=tpi)
+        parts = [lazy.chunk(s, min(s + step, num_traces)) for s in range(0, num_traces, step)]
+        return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *parts)
     keys = jax.random.split(key, num_traces)
     leaves = _sample_batch(*_split(spec), keys, jnp.asarray(tpi), *shape)
     return Trace(*leaves, num_experts=shape[3], top_k=shape[4])
+
+
+# Most scratch (Gumbel scores) one `generate` call makes at once; larger batches are made in
+# chunks of traces. The full `reproduce fsedp` grid generated 16 traces of 100 iterations x 4
+# layers x 1024 tokens x 128 experts in one call: 6.7 GB of scores, a 14.8 GB peak (issue 13).
+GENERATE_SCRATCH_BYTES = 256 * 2**20
+
+
+def _scratch_bytes(shape) -> int:
+    """Bytes one trace's sampling holds at once: Gumbel scores [I, L, N, E] and their sum
+    with log p (float32)."""
+    i, l, n, e, _ = shape
+    return 2 * 4 * i * l * n * e
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4, 5, 6, 7, 8, 9))
@@ -576,8 +596,8 @@ def generate_chunked(
         return Trace(*leaves, num_experts=shape[3], top_k=shape[4])
 
     i, l, n, e, k = shape
-    scratch = 2 * 4 * i * l * n * e  # Gumbel scores [I, L, N, E] and their sum with log p
-    return ChunkedTraces(num_traces, make, e, k, i, l, n, scratch_bytes_per_trace=scratch)
+    return ChunkedTraces(num_traces, make, e, k, i, l, n,
+                         scratch_bytes_per_trace=_scratch_bytes(shape))
 
 
 def generate_one(
