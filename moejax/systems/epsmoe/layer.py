@@ -4,7 +4,8 @@ pipeline of EPS-MoE (003 §4.2-4.4, §5.2), from one layer's routing (hard mode)
 Tokens: slot n is owned (after attention, or after TP+EP's reduce-scatter) by device n mod D;
 each simulated token stands for `scale` real tokens. Experts sit in contiguous blocks of
 E_loc per device; pipeline chunk c is the c-th group of E_loc / N local experts on every
-device (§4.3 "expert groups", E11).
+device (§4.3 "expert groups", E11), unless the config gives a chunk assignment or the
+tuning system relaxes it (beyond 003: `assignment.py`, a separate code path).
 
 Per chunk c (E11): all2all dispatch of the tokens chunk c needs, each token once per
 (destination device, chunk) (A7, check 8), GEMM of the chunk's experts, all2all combine.
