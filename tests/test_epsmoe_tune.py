@@ -12,6 +12,7 @@ from moejax import api, engine
 from moejax.errors import ConfigError, UnknownNameError
 from moejax.hardware import load_platform
 from moejax.models import load_model
+from moejax.systems.epsmoe import layer
 from moejax.systems.epsmoe import system as esys
 from moejax.systems.epsmoe.config import default_params, make_config
 from moejax.trace import gen
@@ -24,8 +25,8 @@ NAMES = ("pn", "switch_rows", "sm_comm")
 
 @pytest.fixture(scope="module")
 def tuned():
-    """(setup, trace, jitted latency(values vector [pn index, sm_comm, log switch], tau),
-    its jitted gradient): one compile each."""
+    """(setup, trace, latency(values vector [pn index, sm_comm, log switch], tau), its
+    gradient): one jitted value_and_grad."""
     policy = api.resolve("h800x8", "deepseek-moe-16b", "epsmoe-tune").policy
     setup = targets.build_setup(policy, H8, MODEL, 1, NAMES)
     tr = gen.generate("powerlaw:alpha=1.2", jax.random.key(5), num_traces=1, iterations=1,
@@ -36,7 +37,8 @@ def tuned():
         p = setup.apply(setup.base, values, tau)
         return engine.run_one(setup.system, p, tr[0], jax.random.key(0))["latency_s"] * 1e3
 
-    return setup, tr, jax.jit(latency_ms), jax.jit(jax.grad(latency_ms))
+    vg = jax.jit(jax.value_and_grad(latency_ms))  # one compile serves values and gradients
+    return setup, tr, lambda v, t: vg(v, t)[0], lambda v, t: vg(v, t)[1]
 
 
 def test_relaxed_equals_hard_at_zero_and_converges(tuned):
@@ -81,3 +83,137 @@ def test_setup_refuses_and_maps_divisors(tuned):
     tp = api.resolve("h800x8", "deepseek-moe-16b", "tp-tp").policy
     with pytest.raises(ConfigError, match="tp-tp"):
         targets.build_setup(tp, H8, MODEL, 1, ("pn",))
+
+
+# --- chunk assignment (beyond 003; moejax/systems/epsmoe/assignment.py) -------------------
+
+PN = 4  # 8 local experts in 4 chunks
+
+
+def _skewed(tokens=128, seed=7):
+    return gen.generate("powerlaw:alpha=1.4", jax.random.key(seed), num_traces=1,
+                        iterations=1, layers=1, tokens=tokens, num_experts=64, top_k=6)
+
+
+@pytest.fixture(scope="module")
+def assigned():
+    """(setup of the assignment knob, skewed trace, jitted (latency, gradient)(slot logits,
+    tau)): the tuning system at pn = PN, one compile; tau = 0 reads the argmax one-hot."""
+    policy = api.resolve("h800x8", "deepseek-moe-16b", "epsmoe-tune").policy
+    setup = targets.build_setup(policy, H8, MODEL, 1, ("assignment",))
+    fam_a = setup.families["assignment"]
+    tr = _skewed()
+    base = setup.base.replace(pn=jnp.float32(PN), pn_index=jnp.float32(2.0))
+
+    def latency_ms(raw, tau):
+        hard = jax.nn.one_hot(jnp.argmax(raw, -1), raw.shape[-1])
+        p = setup.apply(base, {"assignment": jnp.where(tau > 0, fam_a.relaxed(raw, tau),
+                                                        hard)}, tau)
+        return engine.run_one(setup.system, p, tr[0], jax.random.key(0))["latency_s"] * 1e3
+
+    vg = jax.jit(jax.value_and_grad(latency_ms))
+    return setup, tr, lambda r, t: float(vg(r, t)[0]), lambda r, t: vg(r, t)[1]
+
+
+def _hard_cfg(chunks=(), **kw):
+    return make_config(H8, MODEL, mode="tp-ep", pn=PN, gemm="threshold", sm_gemm=116,
+                       tokens_per_forward=16384, chunk_assignment=chunks, **kw)
+
+
+def test_explicit_assignment_equals_reference():
+    """Hard mode with an explicit, unequal assignment (chunk 2 empty on device 0, chunk 0
+    holding four experts there) == the plain-Python two-stream reference under it; the
+    send-once reading of E11 (the literal one: the tuning system below)."""
+    from moejax.systems.epsmoe import reference
+    from moejax.systems.epsmoe.config import config_of
+
+    tr = _skewed(tokens=96, seed=1)
+    ids, mask = tr.expert_ids[0, 0, 0], tr.token_mask[0, 0]
+    chunks = np.random.default_rng(1).integers(0, PN, size=(8, 8))
+    chunks[0] = [0, 0, 0, 0, 1, 1, 3, 3]
+    cfg = _hard_cfg(chunks.tolist(), resend=False)
+    p = default_params(cfg, pn=PN, sm_gemm=116, switch_rows=1400.0)
+    got = jax.jit(lambda i, m: layer.block(cfg, p, i, m, jnp.float32(16384 / 96)))(ids, mask)
+    ref = reference.block(config_of(cfg, p), np.asarray(ids).tolist(),
+                          np.asarray(mask).tolist(), 16384 / 96, 1400.0)
+    for k in ref:
+        np.testing.assert_allclose(float(got[k]), ref[k], rtol=2e-5, err_msg=k)
+
+
+def test_contiguous_assignment_is_the_default_bit_for_bit(assigned):
+    """The tuning system at tau = 0 with the identity (contiguous) assignment, through the
+    general path, == the hard system's shipped default path, bit for bit."""
+    from moejax.systems.epsmoe import assignment
+
+    setup, tr, f, _ = assigned
+    raw = setup.families["assignment"].one_hot(assignment.identity_slots(8, 8))
+    cfg = _hard_cfg()
+    p = default_params(cfg, pn=PN, sm_gemm=116, sm_comm=16)
+    hard = jax.jit(lambda p: engine.run_one(esys.build(cfg), p, tr[0], jax.random.key(0))[
+        "latency_s"] * 1e3)(p)
+    assert f(raw, 0.0) == float(hard)
+
+
+def test_assignment_tau_zero_is_hard_and_relaxed_converges(assigned):
+    """The tuning system at tau = 0 == the plain-Python reference under the argmax
+    assignment (== hard mode, test above); relaxed -> hard as tau -> 0."""
+    from moejax.systems.epsmoe import assignment, reference
+    from moejax.systems.epsmoe.config import config_of
+
+    setup, tr, f, _ = assigned
+    raw = setup.families["assignment"].init(jax.random.key(2), None) * 100.0  # random
+    slots = setup.families["assignment"].hard(raw)
+    cfg = _hard_cfg(assignment.slots_to_chunks(slots, 8, PN).tolist())
+    p = default_params(cfg, pn=PN, sm_gemm=116, sm_comm=16)
+    n = int(tr.token_mask[0, 0].sum())
+    ref = reference.block(config_of(cfg, p), np.asarray(tr.expert_ids[0, 0, 0]).tolist(),
+                          np.asarray(tr.token_mask[0, 0]).tolist(), 16384 / n, 2048.0)
+    hard = ref["block_s"] * 1e3
+    np.testing.assert_allclose(f(raw, 0.0), hard, rtol=2e-5)
+    gaps = [abs(f(raw, t) - f(raw, 0.0)) for t in (1.0, 0.3, 0.03, 1e-3)]
+    assert gaps[0] > 0 and gaps[-1] <= 1e-3 * gaps[0] + 1e-7, gaps
+    assert gaps[2] < gaps[0], gaps
+
+
+def test_assignment_gradient_matches_finite_differences(assigned):
+    setup, _, f, g = assigned
+    raw = jax.random.normal(jax.random.key(4), setup.families["assignment"].shape)
+    tau = 0.5
+    grad = np.asarray(g(raw, tau))
+    assert np.all(np.isfinite(grad)) and np.abs(grad).max() > 0
+    u = grad / np.linalg.norm(grad)  # along the gradient: slope = |grad|
+    eps = 0.05
+    fd = (f(raw + eps * u, tau) - f(raw - eps * u, tau)) / (2 * eps)
+    assert fd == pytest.approx(np.linalg.norm(grad), rel=0.05)
+    for i in np.argsort(-np.abs(grad).ravel())[:2]:  # the two steepest coordinates
+        e = np.zeros(grad.size, np.float32)
+        e[i] = eps
+        e = e.reshape(grad.shape)
+        fd = (f(raw + e, tau) - f(raw - e, tau)) / (2 * eps)
+        assert grad.ravel()[i] == pytest.approx(fd, rel=0.05, abs=1e-4), i
+
+
+def test_assignment_family_export_and_errors(assigned):
+    from moejax.systems.epsmoe import assignment
+
+    setup, *_ = assigned
+    fam_a = setup.families["assignment"]
+    ident = assignment.identity_slots(8, 8)
+    assert np.array_equal(setup.defaults["assignment"], ident)
+    raw = fam_a.init(jax.random.key(0), fam_a.one_hot(ident))
+    assert np.array_equal(fam_a.hard(raw), ident)
+    slots = np.array(ident)
+    slots[3] = [7, 7, 7, 7, 0, 1, 2, 3]
+    opts = setup.options({"pn": 4, "assignment": slots})
+    assert opts["chunk_assignment"][0] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert opts["chunk_assignment"][3] == [3, 3, 3, 3, 0, 0, 1, 1]
+    load = np.zeros(64)
+    load[8:16] = [8, 7, 6, 5, 4, 3, 2, 1]  # device 1; contiguous chunks: 15, 11, 7, 3
+    bal = assignment.balanced_slots(load, 8, 4)
+    assert all(sorted(r) == list(range(8)) for r in bal)  # equal chunks, each slot once
+    np.testing.assert_array_equal(np.bincount(bal[1] // 2, load[8:16], 4), [9, 9, 9, 9])
+    for bad, match in (([[0] * 8] * 7, "shape"), ([[0] * 7 + [4]] * 8, "chunk id 4")):
+        with pytest.raises(ConfigError, match=match):
+            make_config(H8, MODEL, pn=4, chunk_assignment=bad)
+    with pytest.raises(ConfigError, match="tp-tp"):
+        make_config(H8, MODEL, mode="tp-tp", chunk_assignment=[[0] * 8] * 8)

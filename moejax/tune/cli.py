@@ -25,7 +25,7 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
                    "replicated into --capacity slots per device, default E/D + 1, with learned "
                    "token shares); wafer: placement, alpha, "
                    "shadow_slots (alone, --relaxation lattice); "
-                   "aep: decay; epsmoe: pn, switch_rows, sm_comm; "
+                   "aep: decay; epsmoe: pn, switch_rows, sm_comm, assignment; "
                    "dysharp: placement, comm_sms, tile_tokens, chunks; fsedp: "
                    "num_microslices, theta_min, slack, and the hardware knobs "
                    "weight_buffer_bytes, ddr_Bps, link_Bps)")

@@ -432,7 +432,7 @@ def _wafer_setup(platform, model, policy, num_iterations, names, capacity=0) -> 
 
 
 def _epsmoe_setup(*args, **kw) -> Setup:
-    """EPS-MoE (003): pn, switch_rows, sm_comm (`moejax.systems.epsmoe.tuning`)."""
+    """EPS-MoE (003): pn, switch_rows, sm_comm, assignment (`moejax.systems.epsmoe.tuning`)."""
     from moejax.systems.epsmoe import tuning
 
     return tuning.setup(*args, **kw)
@@ -450,7 +450,7 @@ TARGETS: dict[str, Target] = {
     "fsedp": Target("fsedp", ("num_microslices", "theta_min", "slack", "weight_buffer_bytes",
                               "ddr_Bps", "link_Bps"), _fsedp_setup),
     "wafer": Target("wafer", ("placement", "alpha", "shadow_slots"), _wafer_setup),
-    "epsmoe": Target("epsmoe", ("pn", "switch_rows", "sm_comm"), _epsmoe_setup),
+    "epsmoe": Target("epsmoe", ("pn", "switch_rows", "sm_comm", "assignment"), _epsmoe_setup),
     "dysharp": Target("dysharp", ("placement", "comm_sms", "tile_tokens", "chunks"),
                       _dysharp_setup),
 }

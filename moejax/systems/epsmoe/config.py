@@ -59,6 +59,10 @@ class EPSConfig:
     resend: bool = True
     # knobs a tuning system reads relaxed at params.tau > 0 (`relaxed.RELAXABLE`; () = hard)
     relaxed: tuple[str, ...] = ()
+    # chunk of each local expert per device, D tuples of E_loc ints in [0, pn) (beyond 003:
+    # `assignment.py`); () = the paper's equal contiguous groups (local expert j in chunk
+    # j // (E_loc / N), the code path of the shipped numbers)
+    chunk_assignment: tuple[tuple[int, ...], ...] = ()
 
     @property
     def num_devices(self) -> int:
@@ -102,7 +106,8 @@ class EPSParams:
     trace's own) and seq_len: the workload; tau: the relaxation temperature (0: hard mode;
     read only by a system built with `relaxed` knobs, `system.build`); pn_index: the
     position of pn among the divisors of the local expert count, fractional while tuning
-    (read instead of pn by a system built with "pn" relaxed, `relaxed.block`).
+    (read instead of pn by a system built with "pn" relaxed, `relaxed.block`); assign: the
+    soft chunk assignment of a system built with "assignment" relaxed (`assignment.py`).
     """
 
     pn: jax.Array = _f(1.0)
@@ -116,6 +121,9 @@ class EPSParams:
     seq_len: jax.Array = _f(2048.0)
     tau: jax.Array = _f(0.0)
     pn_index: jax.Array = _f(0.0)
+    # soft chunk assignment [D, E_loc, E_loc slots] (rows sum to 1; `assignment.py`), read
+    # only by a system built with "assignment" relaxed; a scalar placeholder otherwise
+    assign: jax.Array = _f(0.0)
 
 
 def default_params(cfg: EPSConfig, **changes) -> EPSParams:
@@ -180,4 +188,11 @@ def make_config(platform: Platform, model: ModelSpec, **kw) -> EPSConfig:
     sm_comm = int(kw.get("sm_comm", DEFAULT_C_SAT))
     if sm_comm < 1:
         raise ConfigError(f"sm_comm = {sm_comm}; allowed: >= 1")
+    if kw.get("chunk_assignment"):
+        from moejax.systems.epsmoe.assignment import check_assignment
+
+        if mode == "tp-tp":
+            raise ConfigError("chunk_assignment: allowed only for modes dp-ep, tp-ep "
+                              "(tp-tp has no expert pipeline)")
+        kw["chunk_assignment"] = check_assignment(kw["chunk_assignment"], d, e_loc, pn)
     return EPSConfig(platform, model, topology.build(platform), **kw)

@@ -4,7 +4,8 @@ pipeline of EPS-MoE (003 §4.2-4.4, §5.2), from one layer's routing (hard mode)
 Tokens: slot n is owned (after attention, or after TP+EP's reduce-scatter) by device n mod D;
 each simulated token stands for `scale` real tokens. Experts sit in contiguous blocks of
 E_loc per device; pipeline chunk c is the c-th group of E_loc / N local experts on every
-device (§4.3 "expert groups", E11).
+device (§4.3 "expert groups", E11), unless the config gives a chunk assignment or the
+tuning system relaxes it (beyond 003: `assignment.py`, a separate code path).
 
 Per chunk c (E11): all2all dispatch of the tokens chunk c needs, each token once per
 (destination device, chunk) (A7, check 8), GEMM of the chunk's experts, all2all combine.
@@ -28,6 +29,7 @@ import numpy as np
 
 from moejax import ops
 from moejax.physics import collectives, gemm
+from moejax.systems.epsmoe import assignment
 from moejax.systems.epsmoe.config import EPSConfig, EPSParams
 
 
@@ -42,21 +44,33 @@ def chunk_matrix(cfg: EPSConfig, pn):
 
 def ffn_chunk_s(cfg: EPSConfig, p: EPSParams, rows, onehot, ffn: int, sms):
     """GEMM seconds of each chunk ([..., C]) of the experts in `rows` [..., E] grouped by
-    `onehot` [E, C], under the kernel policy `p.kernel`; and 1.0 where dense ran."""
+    `onehot` [E, C] (or per device, [D, E, C]: a chunk assignment, `assignment.py`), under
+    the kernel policy `p.kernel`; and 1.0 where dense ran."""
     dev, m, prof = cfg.platform.device, cfg.model, cfg.profile
     h, peak = m.hidden_size, dev.flops("bf16")
     used = (rows > 0).astype(jnp.float32)
+    if onehot.ndim == 2:  # one grouping for every device (the paper's; the shipped path)
+        grp = lambda x: x @ onehot  # noqa: E731
+    else:
+        grp = lambda x: assignment.group(x, onehot)  # noqa: E731
+    soft = "assignment" in cfg.relaxed  # tuning: smooth wave staircase at p.tau
     t_g = t_d = 0.0
     for k_dim, n_out, times in ((h, ffn, 2.0), (ffn, h, 1.0)):  # gate + up, down
         tiles_e = gemm.tiles(rows, n_out, prof)
         bytes_e = gemm.gemm_bytes(rows, k_dim, n_out, m.weight_bytes, m.act_bytes)
         tt_g = gemm.tile_time_s(k_dim, peak, cfg.sm_total, prof.mma_group, prof, sms)
-        any_c = ((rows @ onehot) > 0).astype(jnp.float32)
-        t_g = t_g + times * gemm.kernel_time_s(tiles_e @ onehot, bytes_e @ onehot, any_c, tt_g,
-                                               sms, dev.memory_Bps, prof.launch_s)
-        t_d = t_d + times * (gemm.dense_expert_time_s(rows, k_dim, n_out,
-                                                      **gemm_kw(cfg, sms)) @ onehot)
-    mean_rows = (rows @ onehot) / jnp.maximum(used @ onehot, 1.0)
+        any_c = (grp(rows) > 0).astype(jnp.float32)
+        if soft:  # gemm.kernel_time_s with soft_ceil for its ceil (exact at tau = 0)
+            comp = assignment.soft_ceil(grp(tiles_e) / sms, p.tau) * tt_g
+            t_k = any_c * prof.launch_s + jnp.maximum(
+                comp, grp(bytes_e) / dev.memory_Bps) * (any_c > 0)
+        else:
+            t_k = gemm.kernel_time_s(grp(tiles_e), grp(bytes_e), any_c, tt_g, sms,
+                                     dev.memory_Bps, prof.launch_s)
+        t_g = t_g + times * t_k
+        t_d = t_d + times * grp(gemm.dense_expert_time_s(rows, k_dim, n_out,
+                                                         **gemm_kw(cfg, sms)))
+    mean_rows = grp(rows) / jnp.maximum(grp(used), 1.0)
     k = p.kernel
     by_rows = (mean_rows >= p.switch_rows).astype(jnp.float32)
     by_time = (t_d < t_g).astype(jnp.float32)
@@ -202,7 +216,14 @@ def block(cfg: EPSConfig, p: EPSParams, expert_ids, token_mask, scale):
     if cfg.mode == "tp-tp":
         return _tp_tp(cfg, p, expert_ids, token_mask, scale, n_real, full_bytes)
     pn = p.pn
-    sent, rows = chunk_demand(cfg, expert_ids, token_mask, scale, pn)  # [C, D, D], [D, E_loc]
+    onehot, _ = chunk_matrix(cfg, pn)
+    if "assignment" in cfg.relaxed or cfg.chunk_assignment:  # beyond 003 (`assignment.py`)
+        probs = (assignment.chunk_probs(p.assign, onehot) if "assignment" in cfg.relaxed
+                 else assignment.hard_probs(cfg))  # [D, E_loc, C]
+        sent, rows = assignment.expected_demand(cfg, expert_ids, token_mask, scale, probs)
+        onehot = probs
+    else:  # the paper's equal contiguous groups
+        sent, rows = chunk_demand(cfg, expert_ids, token_mask, scale, pn)  # [C, D, D], [D, E]
     tok_bytes = m.hidden_size * jnp.where(p.fp8_comm > 0, 1.0, m.act_bytes)
     traffic = sent * tok_bytes
     x_raw = (jax.vmap(lambda t: collectives.all_to_all_time_s(t, cfg.topo))(traffic)
@@ -211,7 +232,6 @@ def block(cfg: EPSConfig, p: EPSParams, expert_ids, token_mask, scale):
     x = active * (x_raw * comm_slowdown(cfg, p.sm_comm) + 2.0 * cfg.alpha_s)
     pipelined = (pn > 1) & (p.overlap > 0)
     sms = jnp.where(pipelined, gemm_sms(cfg, p.sm_gemm), jnp.float32(cfg.sm_total))
-    onehot, _ = chunk_matrix(cfg, pn)
     t_dc, dense = ffn_chunk_s(cfg, p, rows, onehot, m.expert_ffn_size, sms)  # [D, C]
     y = t_dc.max(0)
     phi = overlap_share(cfg, p.sm_gemm, p.sm_comm)

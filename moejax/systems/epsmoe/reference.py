@@ -120,6 +120,9 @@ def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, seq_len=No
         return {"block_s": att + g + tail + 2 * ar, "comm_s": 2 * ar, "compute_s": g + tail,
                 "bytes_per_device": 2 * ar_b}
     group = e_loc // pn
+    # chunk of (device, local expert): the config's assignment, else E11's contiguous groups
+    chunk_of = [list(r) for r in cfg.chunk_assignment] or [
+        [j // group for j in range(e_loc)] for _ in range(d)]
     sent = [[[0.0] * d for _ in range(d)] for _ in range(pn)]
     rows = [[0.0] * e_loc for _ in range(d)]
     for n in toks:
@@ -130,7 +133,7 @@ def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, seq_len=No
             if e < 0:
                 continue
             dv, loc = e // e_loc, e % e_loc
-            c = loc // group
+            c = chunk_of[dv][loc]
             rows[dv][loc] += scale
             first_chunk[dv] = min(first_chunk.get(dv, c), c)
             if cfg.resend and (dv, c) not in seen:
@@ -149,8 +152,8 @@ def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, seq_len=No
         tr = [[sent[c][s][t] * tb for t in range(d)] for s in range(d)]
         trt = [[tr[t][s] for t in range(d)] for s in range(d)]
         x.append((switch_a2a_s(cfg, tr) + switch_a2a_s(cfg, trt)) * slow + 2 * cfg.alpha_s)
-        y.append(max(kernel_s(cfg, rows[dv][c * group:(c + 1) * group], m.expert_ffn_size,
-                              sms, switch_rows)[0] for dv in range(d)))
+        y.append(max(kernel_s(cfg, [rows[dv][j] for j in range(e_loc) if chunk_of[dv][j] == c],
+                              m.expert_ffn_size, sms, switch_rows)[0] for dv in range(d)))
         nbytes += sum(2 * tr[s][t] for s in range(d) for t in range(d) if s != t) / d
     if pipelined:
         free = cfg.sm_total - (cfg.sm_total if cfg.sm_gemm <= 0 else cfg.sm_gemm)

@@ -12,6 +12,9 @@ continuous values at temperature `params.tau`, exact at tau = 0.
 - `switch_rows` (the GroupGemm / DenseGemm threshold, 003 §3.2, §4.4): the comparison of a
   chunk's rows per expert with the threshold is a sigmoid of the log ratio at tau
   (`layer.ffn_chunk_s`), as is the adaptive kernel's time comparison.
+- `assignment` (beyond 003): the chunk of each local expert, soft slot probabilities
+  `params.assign` [D, E_loc, E_loc] read by `layer.block` through `assignment.py`
+  (expected deduplicated dispatch, per-chunk rows, a smooth wave staircase at tau).
 
 Everything else (slowest device, flow shop, tile waves) keeps its hard form: the knobs
 reach the metrics only through the interpolation weights and the gates, and the metrics are
@@ -31,7 +34,7 @@ from moejax.errors import ConfigError
 from moejax.systems.epsmoe import layer
 from moejax.systems.epsmoe.config import EPSConfig, EPSParams, divisors
 
-RELAXABLE = ("pn", "switch_rows", "sm_comm")
+RELAXABLE = ("pn", "switch_rows", "sm_comm", "assignment")
 
 
 def check(relaxed) -> tuple[str, ...]:

@@ -130,6 +130,8 @@ def _read_options(t):
         phi_min=t.float("phi_min", DEFAULT_PHI_MIN, hi=1.0),
         seq_len=t.int("seq_len", 2048, lo=1),
         tokens_per_forward=t.int("tokens_per_forward", 0, lo=0),
+        # D lists of E_loc chunk ids (beyond 003, `assignment.py`); absent: contiguous
+        chunk_assignment=t._get("chunk_assignment", (), False),
     )
     switch = t.float("switch_rows", DEFAULT_SWITCH_ROWS, positive=False)
     auto_pn = t.bool("auto_pn", False)
