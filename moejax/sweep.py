@@ -110,11 +110,13 @@ def grid(varies: list[Vary]) -> dict[str, np.ndarray]:
 
 def params_keys(params) -> list[str]:
     """Scalar (or None) fields of a params dataclass, which a sweep can batch; `tau` is the
-    relaxation temperature, not a design value, and is left out."""
+    relaxation temperature, not a design value, and is left out, as are the fields a params
+    class names in `TUNING_ONLY`."""
     out = []
+    skip = ("tau", *getattr(type(params), "TUNING_ONLY", ()))
     for f in dataclasses.fields(params):
         v = getattr(params, f.name)
-        if f.name != "tau" and (v is None or np.ndim(v) == 0):
+        if f.name not in skip and (v is None or np.ndim(v) == 0):
             out.append(f.name)
     return out
 
@@ -185,6 +187,9 @@ def make_plan(setup, entry, num_iterations: int, keys: list[str], sample, key_da
     _, params = entry.from_policy(setup.platform, setup.model, setup.policy.options_table(),
                                   num_iterations)
     pkeys = params_keys(params)
+    check = getattr(type(params), "check_sweep", None)  # a system's own refusals
+    if check is not None:
+        check(dict(setup.policy.options), keys)
     hw = tuple(k for k in keys if k not in pkeys)
     plan = Plan(setup, entry, num_iterations, tuple(k for k in keys if k in pkeys), hw)
     ok = {k: k in HARDWARE_KEYS and _traceable(plan, k, sample, key_data, key_impl)

@@ -82,3 +82,21 @@ def test_cli_bad_vary_is_one_line_and_writes_nothing(vary, field, tmp_path, caps
     assert not out.exists()
     if field == "allowed keys: ":
         assert "link_Bps" in err and "hop_latency_s" in err  # EP traces every platform key
+
+
+def test_cli_pn_over_a_fixed_chunk_assignment_is_refused(tmp_path, capsys):
+    """EPS-MoE: a policy's chunk_assignment holds ids for its own pn; a pn sweep over it
+    would count GEMMs of chunks that get no all2all, so it is refused in one line."""
+    pol = tmp_path / "eps.toml"
+    pol.write_text('system = "epsmoe"\ndescription = "t"\nsource = "t"\n'
+                   '[options]\nmode = "tp-ep"\npn = 2\n'
+                   'chunk_assignment = [[0, 1], [1, 0], [0, 1], [1, 0]]\n')
+    out = tmp_path / "bad"
+    args = ["sweep", "--hardware", "h800x4", "--model", "mixtral-8x7b", "--policy", str(pol),
+            "--tokens", "16", "--traces", "2", "--quiet", "--out", str(out)]
+    assert main([*args, "--vary", "pn=1,2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "chunk_assignment" in err, err
+    assert not out.exists()
+    assert main([*args, "--vary", "assign=0,1"]) == 2  # tuning-only fields are not design keys
+    assert "allowed keys: " in capsys.readouterr().err

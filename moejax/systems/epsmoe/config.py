@@ -125,6 +125,17 @@ class EPSParams:
     # only by a system built with "assignment" relaxed; a scalar placeholder otherwise
     assign: jax.Array = _f(0.0)
 
+    # `moejax sweep` (moejax/sweep.py): fields only the tuning system reads, not design values
+    TUNING_ONLY = ("pn_index", "assign")
+
+    @staticmethod
+    def check_sweep(options: dict, keys) -> None:
+        """A policy's `chunk_assignment` holds chunk ids for its own pn: sweeping pn over it
+        would count GEMMs of chunks that get no all2all (ids >= the swept pn)."""
+        if "pn" in keys and options.get("chunk_assignment"):
+            raise ConfigError("--vary pn: the policy fixes chunk_assignment (chunk ids for its "
+                              "own pn); sweep pn with a policy without chunk_assignment")
+
 
 def default_params(cfg: EPSConfig, **changes) -> EPSParams:
     """EPSParams holding the config's values (and `changes`, validated like the config)."""
