@@ -139,6 +139,11 @@ def test_esft_missing_layer_file_and_k_mismatch(tmp_path):
     os.remove(folder / "expert_weights_2.txt")
     with pytest.raises(TraceError, match="expert_weights_2.txt"):
         importers.import_esft(folder, num_experts=8, top_k=2)
+    zero = tmp_path / "zero"  # ESFT numbers layers from 1: a lone layer-0 file is named
+    zero.mkdir()
+    (zero / "expert_weights_0.txt").write_text("1\t2\t\t0.5\t0.5\n")
+    with pytest.raises(TraceError, match="numbered from 1"):
+        importers.import_esft(zero, num_experts=8, top_k=2)
 
 
 # ------------------------------------------------------------------------ OLMoE

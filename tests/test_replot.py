@@ -141,6 +141,39 @@ def test_replot_draws_every_figure_from_csvs(tmp_path, name):
     assert not list(tmp_path.glob(".*tmp"))  # no staging sibling left
 
 
+def test_fsedp_replot_draws_the_rows_the_study_draws(tmp_path, monkeypatch):
+    """From the shipped quick run's CSVs: every figure, and Fig. 15 / 17 on the rows the
+    study itself draws (64-token configurations; the compute-only 0.5 us reading), not the
+    extra rows its claims read from the same CSV."""
+    import shutil
+    from pathlib import Path
+
+    from moejax.reproduce import fsedp as fs
+
+    shipped = Path(__file__).resolve().parents[1] / "docs" / "results" / "fsedp"
+    src = tmp_path / "run"
+    src.mkdir()
+    for p in [*shipped.glob("*.csv"), shipped / "summary.json"]:
+        shutil.copy(p, src)
+    drawn = {}
+    bars, fig17 = fs._plot_bars, fs.plot_fig17
+    monkeypatch.setattr(fs, "_plot_bars", lambda path, labels, *a: (
+        drawn.setdefault("fig15", list(labels)), bars(path, labels, *a)))
+    monkeypatch.setattr(fs, "plot_fig17", lambda out, rows, *a: (
+        drawn.setdefault("fig17", rows), fig17(out, rows, *a)))
+    names = replot("fsedp", src, tmp_path / "figs")
+    assert set(names) == {f"{s}.png" for s in (
+        "fig9_layer_latency", "fig12_onchip_memory", "fig15_ablation", "fig16_design_space",
+        "fig17_microslices", "fig18_scaling")}
+    for name in names:
+        assert (tmp_path / "figs" / name).read_bytes()[:8] == PNG, name
+    csv15 = list(plotting.read_csv(src / "fig15_ablation.csv")["config"])
+    assert any("tok" in c for c in csv15)  # the CSV holds more than the figure shows
+    assert drawn["fig15"] == [c for c in csv15 if "tok" not in c]
+    over = set(plotting.read_csv(src / "fig17_microslices.csv")["overhead"])
+    assert len(over) > 1 and set(drawn["fig17"]["overhead"]) == {"ctrl 0.5us"}
+
+
 def test_every_study_has_a_replot():
     from moejax.reproduce import STUDIES
 

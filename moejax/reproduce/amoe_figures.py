@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from moejax import plotting
+from moejax.reproduce.figure_io import FigureDir
 
 SYSTEMS = {  # steady study: CSV `system` -> legend
     "aep": "AMoE: asynchronous EP, defragging scheduler (aep-defrag)",
@@ -111,63 +112,50 @@ def queue_depth(path: Path, qdepth, bin_s: float) -> None:
     plotting.save(fig, path)
 
 
-def _steady(src: Path, out: Path) -> list[str]:
-    names = []
-    rows9 = plotting.read_rows(src / "fig9_closed_loop.csv")
+def _steady(d: FigureDir) -> None:
+    rows9 = d.rows("fig9_closed_loop")
     curves_ = list(dict.fromkeys((int(r["top_k"]), r["workload"]) for r in rows9))
     n = [r["concurrency_target"] for r in rows9]
-    curves(out / "fig9_closed_loop.png", rows9,
+    curves(d.png("fig9_closed_loop"), rows9,
            [(f"top-{k} {w}", {"top_k": k, "workload": w}) for k, w in curves_],
            f"002 Fig. 9: closed-loop sweeps, N = {min(n):.0f}-{max(n):.0f} requests "
            "in flight, 8x A100")
-    names.append("fig9_closed_loop.png")
-    if (src / "fig10_scaling.csv").is_file():
-        rows10 = plotting.read_rows(src / "fig10_scaling.csv")
+    if d.has("fig10_scaling"):
+        rows10 = d.rows("fig10_scaling")
         plats = list(dict.fromkeys(r["platform"] for r in rows10))
         label = {p: ("16 GPUs (2 nodes, 40 GB), 16 experts" if "16" in p
                      else "8 GPUs (1 node, 40 GB), 8 experts") for p in plats}
-        curves(out / "fig10_scaling.png", rows10, [(label[p], {"platform": p}) for p in plats],
+        curves(d.png("fig10_scaling"), rows10, [(label[p], {"platform": p}) for p in plats],
                "002 Fig. 10: scaling to 2 nodes, medium workload, top-1")
-        names.append("fig10_scaling.png")
-    if (src / "fig9b_open_loop.csv").is_file():
-        open_loop(out / "fig9b_open_loop.png", plotting.read_rows(src / "fig9b_open_loop.csv"))
-        names.append("fig9b_open_loop.png")
-    if (src / "fig12_rates.csv").is_file():
-        rates(out / "fig12_rates.png", plotting.read_csv(src / "fig12_rates.csv"),
+    if d.has("fig9b_open_loop"):
+        open_loop(d.png("fig9b_open_loop"), d.rows("fig9b_open_loop"))
+    if d.has("fig12_rates"):
+        rates(d.png("fig12_rates"), d.cols("fig12_rates"),
               "002 Fig. 12: arrivals vs completions, top-1, 80% load")
-        names.append("fig12_rates.png")
-    return names
 
 
-def _finite_study(src: Path, out: Path) -> list[str]:
-    names = []
-    rows9 = plotting.read_rows(src / "fig9_throughput_itl.csv")
+def _finite_study(d: FigureDir) -> None:
+    rows9 = d.rows("fig9_throughput_itl")
     panels = list(dict.fromkeys((int(r["top_k"]), r["workload"]) for r in rows9))
-    curves(out / "fig9_throughput_itl.png", rows9,
+    curves(d.png("fig9_throughput_itl"), rows9,
            [(f"top-{k} {w}", {"top_k": k, "workload": w}) for k, w in panels],
            "002 Fig. 9 (finite streams): AMoE vs synchronous EP, 8x A100", group="policy")
-    names.append("fig9_throughput_itl.png")
-    if (src / "fig10_scaling.csv").is_file():
-        curves(out / "fig10_scaling.png", plotting.read_rows(src / "fig10_scaling.csv"),
+    if d.has("fig10_scaling"):
+        curves(d.png("fig10_scaling"), d.rows("fig10_scaling"),
                [("16 GPUs, 16 experts, top-1", {})], "002 Fig. 10 (finite streams): 2 nodes",
                group="policy")
-        names.append("fig10_scaling.png")
-    if (src / "fig12_rates.csv").is_file():
-        rates(out / "fig12_rates.png", plotting.read_csv(src / "fig12_rates.csv"),
+    if d.has("fig12_rates"):
+        rates(d.png("fig12_rates"), d.cols("fig12_rates"),
               "002 Fig. 12 (finite streams): arrivals vs completions")
-        names.append("fig12_rates.png")
-    if (src / "fig7_queue_depth.csv").is_file():
-        q = plotting.read_csv(src / "fig7_queue_depth.csv")
-        t = plotting.read_csv(src / "fig12_rates.csv")["t_s"]
+    if d.has("fig7_queue_depth"):
+        q = d.cols("fig7_queue_depth")
+        t = d.cols("fig12_rates")["t_s"]
         bin_s = float(t[1] - t[0]) if len(t) > 1 else 1.0
-        queue_depth(out / "fig7_queue_depth.png", np.stack(list(q.values()), 1), bin_s)
-        names.append("fig7_queue_depth.png")
-    return names
+        queue_depth(d.png("fig7_queue_depth"), np.stack(list(q.values()), 1), bin_s)
 
 
 def plot_from_dir(src: Path, out: Path) -> list[str]:
     """Every figure of the run in `src` (steady study, or the finite-stream one) into `out`."""
-    src, out = Path(src), Path(out)
-    if (src / "fig9_closed_loop.csv").is_file():
-        return _steady(src, out)
-    return _finite_study(src, out)
+    d = FigureDir(src, out)
+    (_steady if d.has("fig9_closed_loop") else _finite_study)(d)
+    return d.names

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from moejax import plotting
+from moejax.reproduce.figure_io import FigureDir
 
 NAMES = {  # catalog policy -> legend (policies/<name>.toml first line)
     "deepep": "DeepEP: per-rank all-to-all, serial",
@@ -102,40 +103,30 @@ def fig2(path: Path, c: dict) -> None:
 
 def plot_from_dir(src: Path, out: Path) -> list[str]:
     """Every figure of the dysharp run in `src` into `out`, from its CSVs."""
-    src, out = Path(src), Path(out)
-    names: list[str] = []
-
-    def have(name):
-        return (src / name).is_file()
-
-    def done(name):
-        names.append(name)
-        return out / name
-
-    read = plotting.read_csv
-    if have("fig2_redundancy.csv"):
-        fig2(done("fig2_redundancy.png"), read(src / "fig2_redundancy.csv"))
-    if have("fig19_payload.csv"):
-        c = read(src / "fig19_payload.csv")
-        lines(done("fig19_payload.png"), c["top_k"],
+    d = FigureDir(src, out)
+    if d.has("fig2_redundancy"):
+        fig2(d.png("fig2_redundancy"), d.cols("fig2_redundancy"))
+    if d.has("fig19_payload"):
+        c = d.cols("fig19_payload")
+        lines(d.png("fig19_payload"), c["top_k"],
               {"ideal (payload only, one unicast per rank)": c["ideal"],
                "DySHARP multimem packet": c["dysharp"],
                "explicit: one 8 B address per target": c["explicit"]},
               "targets per packet (top-k)", "payload efficiency (payload / wire bytes)",
               "004 Fig. 19a: payload efficiency")
-    if have("fig15_layer.csv"):
-        c = read(src / "fig15_layer.csv")
-        bars(done("fig15_layer.png"), list(c["config"]),
+    if d.has("fig15_layer"):
+        c = d.cols("fig15_layer")
+        bars(d.png("fig15_layer"), list(c["config"]),
              {n: c[f"{n}_training_ms"] / c["dysharp_training_ms"] for n in ORDER},
              "layer time / DySHARP's (training)",
              "004 Fig. 15: MoE layer, training (fwd + bwd), gh200-nvl32")
-    if have("fig18_traffic.csv"):
-        c = read(src / "fig18_traffic.csv")
-        bars(done("fig18_traffic.png"), list(c["config"]),
+    if d.has("fig18_traffic"):
+        c = d.cols("fig18_traffic")
+        bars(d.png("fig18_traffic"), list(c["config"]),
              {n: c[f"{n}_MB"] * 1e6 for n in ("deepep", "nvls", "comet", "dysharp")},
              "NVLink traffic per layer, forward", "004 Fig. 18: traffic", unit="B")
-    if have("fig16_ablation.csv"):
-        c = read(src / "fig16_ablation.csv")
+    if d.has("fig16_ablation"):
+        c = d.cols("fig16_ablation")
         lat = dict(zip(c["system"], c["latency_ms"], strict=True))
         fig, ax = plotting.figure(width=6.0, height=3.6)
         ax[0, 0].barh(np.arange(len(lat)), [lat["deepep"] / v for v in lat.values()],
@@ -144,24 +135,24 @@ def plot_from_dir(src: Path, out: Path) -> list[str]:
         ax[0, 0].axvline(1.0, color="k", lw=0.6)
         ax[0, 0].set_xlabel("speedup over DeepEP (layer, training)")
         ax[0, 0].set_title("004 Fig. 16: ablation at L-8", fontsize=9)
-        plotting.save(fig, done("fig16_ablation.png"))
+        plotting.save(fig, d.png("fig16_ablation"))
     for fig_name, key, xlabel, title in (
             ("fig22_seq_len", "seq", "tokens per GPU", "004 Fig. 22: sequence length, L-8"),
             ("fig23_std", "std", "routing std (normal)", "004 Fig. 23: routing skew, L-8"),
             ("fig24_powerlaw", "alpha", "power-law alpha", "004 Fig. 24: power-law routing, L-8"),
             ("fig30_tile", "tile_tokens", "tile size (tokens)", "004 Fig. 30: tile size, S-8")):
-        if have(f"{fig_name}.csv"):
-            c = read(src / f"{fig_name}.csv")
-            lines(done(f"{fig_name}.png"), c[key],
+        if d.has(fig_name):
+            c = d.cols(fig_name)
+            lines(d.png(fig_name), c[key],
                   {_name(k[:-3]): c[k] * 1e-3 for k in c if k.endswith("_ms")}, xlabel,
                   "MoE layer time, training", title, time=True)
-    if have("fig21_gpus.csv"):
-        c = read(src / "fig21_gpus.csv")
+    if d.has("fig21_gpus"):
+        c = d.cols("fig21_gpus")
         series = {}
         for k in c:
             if k.endswith("_ms"):
                 model, name = k[:-3].split("_", 1)
                 series[f"{model.upper()}, {_name(name)}"] = c[k] * 1e-3
-        lines(done("fig21_gpus.png"), c["gpus"], series, "GPUs (tokens per GPU fixed)",
+        lines(d.png("fig21_gpus"), c["gpus"], series, "GPUs (tokens per GPU fixed)",
               "MoE layer time, training", "004 Fig. 21: GPU count", time=True)
-    return names
+    return d.names

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from moejax import plotting
+from moejax.reproduce.figure_io import FigureDir
 
 T3_LEGEND = {  # 003 Table 3 rows: the study's T3_VARIANTS against vLLM's TP+TP (GroupGemm)
     "TP+EP": "TP attention + EP experts, GroupGemm",
@@ -143,32 +144,15 @@ def table1(path: Path, cols: dict) -> None:
 
 def plot_from_dir(src: Path, out: Path) -> list[str]:
     """Every figure of the epsmoe run in `src` into `out`, from its CSVs and summary.json."""
-    import json
-
-    src, out = Path(src), Path(out)
-    read = plotting.read_csv
-    names = []
-    if (src / "fig5_gemm.csv").is_file():
-        fig5(out / "fig5_gemm.png", read(src / "fig5_gemm.csv"), read(src / "fig5_gemm_sms.csv"))
-        names.append("fig5_gemm.png")
-    for p in sorted(src.glob("table3_*.csv")):
-        mname = p.stem[len("table3_"):]
-        table3(out / f"{p.stem}.png", read(p), mname)
-        names.append(f"{p.stem}.png")
-    if (src / "table6_sm.csv").is_file():
-        table6(out / "table6_sm.png", read(src / "table6_sm.csv"))
-        names.append("table6_sm.png")
-    if (src / "table7_threshold.csv").is_file():
-        fig10(out / "fig10_regions.png", read(src / "table7_threshold.csv"))
-        names.append("fig10_regions.png")
-    if (src / "fig11_pn.csv").is_file():
-        summ = json.loads((src / "summary.json").read_text(encoding="utf-8"))
-        fig11(out / "fig11_pn.png", read(src / "fig11_pn.csv"), summ.get("n_star_fig11", {}))
-        names.append("fig11_pn.png")
-    if (src / "fig9_split_io.csv").is_file():
-        fig9(out / "fig9_split_io.png", read(src / "fig9_split_io.csv"))
-        names.append("fig9_split_io.png")
-    if (src / "table1.csv").is_file():
-        table1(out / "table1.png", read(src / "table1.csv"))
-        names.append("table1.png")
-    return names
+    d = FigureDir(src, out)
+    if d.has("fig5_gemm"):
+        fig5(d.png("fig5_gemm"), d.cols("fig5_gemm"), d.cols("fig5_gemm_sms"))
+    for p in sorted(d.src.glob("table3_*.csv")):  # one table per model
+        table3(d.png(p.stem), d.cols(p.stem), p.stem[len("table3_"):])
+    n_star = d.summary().get("n_star_fig11", {})
+    d.each((("table6_sm", "table6_sm", table6),
+            ("table7_threshold", "fig10_regions", fig10),
+            ("fig11_pn", "fig11_pn", lambda path, cols: fig11(path, cols, n_star)),
+            ("fig9_split_io", "fig9_split_io", fig9),
+            ("table1", "table1", table1)))
+    return d.names

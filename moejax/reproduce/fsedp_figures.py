@@ -1,60 +1,59 @@
 """`moejax reproduce fsedp --replot DIR`: paper 000's figures redrawn from the CSVs a run
 wrote, with the study's own figure functions (model, token count and iterations of each
-figure: the defaults of the study's figure functions and the grid in summary.json)."""
+figure: the defaults of the study's figure functions and the grid in summary.json), on the
+same rows the study draws (Fig. 15: the 64-token configurations; Fig. 17: the compute-only
+0.5 us overhead reading, the others are in the CSV for the claim)."""
 
 from __future__ import annotations
 
 import inspect
-import json
 from pathlib import Path
 
-from moejax import plotting
 from moejax.reproduce import fsedp as fs
+from moejax.reproduce.figure_io import FigureDir
 
-
-def _rows(path: Path) -> dict[str, list]:
-    return {k: list(v) for k, v in plotting.read_csv(path).items()}
+FIG17_DRAWN = "ctrl 0.5us"  # the overhead reading `fsedp.fig17` draws
 
 
 def _default(fn, name):
     return inspect.signature(fn).parameters[name].default
 
 
+def _select(rows: dict, keep) -> dict:
+    """`rows` (columns of lists) restricted to the indices `keep`."""
+    return {k: [v[i] for i in keep] for k, v in rows.items()}
+
+
 def plot_from_dir(src: Path, out: Path) -> list[str]:
     """Every figure of the fsedp run in `src` into `out`."""
-    src, out = Path(src), Path(out)
-    grid = json.loads((src / "summary.json").read_text(encoding="utf-8")).get("grid", {})
-    names: list[str] = []
-
-    def have(name):
-        return (src / f"{name}.csv").is_file()
-
-    def done(name):
-        names.append(f"{name}.png")
-        return out / f"{name}.png"
-
-    if have("fig9_layer_latency"):
-        r = _rows(src / "fig9_layer_latency.csv")
+    d = FigureDir(src, out)
+    grid = d.summary().get("grid", {})
+    if d.has("fig9_layer_latency"):
+        r = d.lists("fig9_layer_latency")
         r["tokens"] = [int(t) for t in r["tokens"]]
-        fs._plot_grouped(done("fig9_layer_latency"), r, "latency_s", "layer latency",
+        fs._plot_grouped(d.png("fig9_layer_latency"), r, "latency_s", "layer latency",
                          "000 Fig. 9: single MoE layer latency, chiplet-2x2", log=True)
-    if have("fig12_onchip_memory"):
-        fs._plot_memory(done("fig12_onchip_memory"), _rows(src / "fig12_onchip_memory.csv"))
-    if have("fig15_ablation"):
-        r = _rows(src / "fig15_ablation.csv")
+    if d.has("fig12_onchip_memory"):
+        fs._plot_memory(d.png("fig12_onchip_memory"), d.lists("fig12_onchip_memory"))
+    if d.has("fig15_ablation"):
+        r = d.lists("fig15_ablation")
+        r = _select(r, [i for i, c in enumerate(r["config"]) if "tok" not in c])  # 64 tokens
         m, t = _default(fs.fig15, "model_name"), _default(fs.fig15, "tokens")
-        fs._plot_bars(done("fig15_ablation"), r["config"], r["utilization"],
+        fs._plot_bars(d.png("fig15_ablation"), r["config"], r["utilization"],
                       "compute utilization", f"000 Fig. 14/15: end-to-end {m}, {t} tokens, "
                       f"{grid.get('e2e_iterations', '?')} iterations, chiplet-2x2")
-    if have("fig16_design_space"):
-        fs.plot_fig16(out, _rows(src / "fig16_design_space.csv"),
-                      _default(fs.fig16, "model_name"), _default(fs.fig16, "tokens"))
-        names.append("fig16_design_space.png")
-    if have("fig17_microslices"):
-        fs.plot_fig17(out, _rows(src / "fig17_microslices.csv"), _default(fs.fig17, "tokens"))
-        names.append("fig17_microslices.png")
-    if have("fig18_scaling"):
-        fs.plot_fig18(out, _rows(src / "fig18_scaling.csv"), _default(fs.fig18, "model_name"),
+    if d.has("fig16_design_space"):
+        d.png("fig16_design_space")
+        fs.plot_fig16(d.out, d.lists("fig16_design_space"), _default(fs.fig16, "model_name"),
+                      _default(fs.fig16, "tokens"))
+    if d.has("fig17_microslices"):
+        r = d.lists("fig17_microslices")
+        if "overhead" in r:
+            r = _select(r, [i for i, o in enumerate(r["overhead"]) if o == FIG17_DRAWN])
+        d.png("fig17_microslices")
+        fs.plot_fig17(d.out, r, _default(fs.fig17, "tokens"))
+    if d.has("fig18_scaling"):
+        d.png("fig18_scaling")
+        fs.plot_fig18(d.out, d.lists("fig18_scaling"), _default(fs.fig18, "model_name"),
                       _default(fs.fig18, "tokens"))
-        names.append("fig18_scaling.png")
-    return names
+    return d.names

@@ -43,8 +43,3 @@ def replot(study: str, src: Path | str, out: Path | str | None = None) -> list[s
     with staged_dir(Path(out)) as tmp:  # a new --out gets every figure or nothing
         return module.plot_from_dir(src, Path(tmp))
 
-
-def summary(src: Path) -> dict:
-    import json
-
-    return json.loads((Path(src) / "summary.json").read_text(encoding="utf-8"))

@@ -206,6 +206,9 @@ def _esft_files(folder: Path) -> list[Path]:
     found = {int(m.group(1)): folder / p for p in os.listdir(folder) if (m := pat.match(p))}
     if not found:
         raise TraceError(f"{folder}: no expert_weights_<L>.txt files (esft format)")
+    if max(found) < 1:  # ESFT logs MoE layers from 1 (layer 0 of DeepSeek-V2-Lite is dense)
+        raise TraceError(f"{folder}: only expert_weights_0.txt; esft layer files are "
+                         "numbered from 1 (expert_weights_1.txt, expert_weights_2.txt, ...)")
     want = list(range(1, max(found) + 1))
     missing = sorted(set(want) - set(found))
     if missing:
