@@ -82,3 +82,51 @@ def test_cli_bad_vary_is_one_line_and_writes_nothing(vary, field, tmp_path, caps
     assert not out.exists()
     if field == "allowed keys: ":
         assert "link_Bps" in err and "hop_latency_s" in err  # EP traces every platform key
+
+
+SERVE = ["--hardware", "a100x8-nvswitch", "--model", "mixtral-8x7b", "--workload", "short",
+         "--streams", "2", "--requests", "6", "--quiet"]
+
+
+@pytest.mark.parametrize("policy, vary", [
+    ("aep-defrag", ["--vary", "rate=100,400", "--vary", "link_Bps=100e9,300e9"]),
+    ("ep-sync", ["--rate", "200", "--vary", "link_Bps=100e9,300e9"]),
+])
+def test_serving_sweep_rows_equal_separate_runs(policy, vary, tmp_path):
+    """AMoE in `moejax sweep` (002 §5 request streams): one row per design point whose
+    throughput / ITL / TTFT are those of `moejax simulate`'s serving run of that point's
+    platform and rate (the same streams: the sweep's seed), and a PNG."""
+    from moejax.systems.amoe import serve
+
+    out = tmp_path / "sw"
+    assert main(["sweep", *SERVE, "--policy", policy, *vary, "--out", str(out)]) == 0
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert (out / "sweep.png").stat().st_size > 1000
+    base = api.resolve("a100x8-nvswitch", "mixtral-8x7b", policy).platform
+    for row in (rows[0], rows[-1]):
+        rate = float(row.get("rate", 200))
+        ref = serve.simulate(base.with_overrides(link_Bps=float(row["link_Bps"])),
+                             "mixtral-8x7b", policy, rate_per_s=rate, workload="short",
+                             num_streams=2, num_requests=6, seed=0)
+        assert row["all_done"] == "True" and bool(np.all(ref["all_done"]))
+        for k in ("throughput_tok_s", "itl_mean_s", "ttft_mean_s"):
+            np.testing.assert_allclose(float(row[k]), np.mean(ref[k], dtype=np.float64),
+                                       rtol=1e-6, err_msg=k)
+        from moejax.systems.amoe.cli import p99_from_hist
+
+        assert float(row["itl_p99_s"]) == p99_from_hist(ref["itl_hist"].sum(0))
+    if policy == "aep-defrag":  # a faster link: no slower mean ITL at the same rate
+        assert float(rows[1]["itl_mean_s"]) <= float(rows[0]["itl_mean_s"])
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["--vary", "rate=100,200", "--workload", "huge"], "--workload"),
+    (["--vary", "link_Bps=1e9,2e9"], "--rate"),
+    (["--vary", "bogus=1,2", "--rate", "10"], "allowed keys: rate"),
+])
+def test_serving_sweep_bad_input_is_one_line(extra, field, tmp_path, capsys):
+    out = tmp_path / "bad"
+    assert main(["sweep", *SERVE, "--policy", "aep-defrag", *extra, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and field in err, err
+    assert not out.exists()
