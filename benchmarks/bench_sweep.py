@@ -102,6 +102,8 @@ def main():
                            link_Bps=np.float32(points["link_Bps"][i]))
         fresh.append(np.asarray(engine.simulate(system_i, p, tr, key,
                                                 progress=False)["latency_s"]))
+        print(f"  fresh call {len(fresh)}/{kf}: {time.perf_counter() - t0:.1f} s wall, "
+              f"{time.process_time() - c0:.1f} s CPU so far", flush=True)
     t_fresh, c_fresh = time.perf_counter() - t0, time.process_time() - c0
     print(f"{kf} separate fresh calls (compile each): {t_fresh:.1f} s wall, {c_fresh:.1f} s "
           f"CPU; scaled to {n_full}: {t_fresh / kf * n_full:.0f} s wall, "
