@@ -199,8 +199,6 @@ class Partition:
 
     def gather(self, tree: PyTree, axis: int = 0) -> PyTree:
         """Every process's block of the result along `axis`, in global order ([T] again)."""
-        from jax.experimental import multihost_utils
-
         width = max(max(h - lo for lo, h in self.bounds), self.rows)
         valid = self.hi - self.lo
 
@@ -208,7 +206,7 @@ class Partition:
             x = np.moveaxis(np.asarray(x), axis, 0)[:valid]
             return np.concatenate([x, np.zeros((width - valid, *x.shape[1:]), x.dtype)])
 
-        full = multihost_utils.process_allgather(jax.tree_util.tree_map(pad, tree), tiled=False)
+        full = allgather_rows(jax.tree_util.tree_map(pad, tree))
 
         def unpad(x):  # [P, width, ...] -> [T, ...]
             x = np.concatenate([np.asarray(x)[r, : h - lo]
@@ -216,6 +214,29 @@ class Partition:
             return np.moveaxis(x, 0, axis)
 
         return jax.tree_util.tree_map(unpad, full)
+
+
+def allgather_rows(tree: PyTree) -> PyTree:
+    """Every process's `tree` (NumPy leaves with the same leading axis, the same shapes on
+    every process), stacked: leaves [P, ...]. All leaves travel as ONE byte buffer [rows,
+    bytes a row] in one `process_allgather`: one collective a call, not one per metric
+    (EP's ~15 metrics were ~15 gloo round trips a call, the fixed cost that made 2
+    processes slower than 1 at 2,048 traces)."""
+    from jax.experimental import multihost_utils
+
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    leaves = [np.ascontiguousarray(x) for x in leaves]
+    rows = leaves[0].shape[0]
+    cols = [x.reshape(rows, -1).view(np.uint8) for x in leaves]
+    buf = np.concatenate(cols, axis=1) if len(cols) > 1 else cols[0]
+    full = np.asarray(multihost_utils.process_allgather(buf, tiled=False))  # [P, rows, B]
+    out, at = [], 0
+    for x, c in zip(leaves, cols, strict=True):
+        w = c.shape[1]
+        part = np.ascontiguousarray(full[:, :, at:at + w])
+        out.append(part.view(x.dtype).reshape(full.shape[0], *x.shape))
+        at += w
+    return jax.tree_util.tree_unflatten(treedef, out)
 
 
 def partition(total: int, chunk: int, rank: int | None = None,

@@ -17,6 +17,14 @@ Each part and the state are written atomically (temp file + rename), and Ctrl-C 
 while one part and its state are renamed in, so an interrupted run leaves whole parts and a
 state that counts exactly them (or nothing). `--resume` reads the state, checks the settings
 match, drops any part past the state's count and goes on from the next trace.
+
+Several processes (`moejax.distributed`): the run goes in rounds of whole chunks of the
+single-process run (the same chunk boundaries, so the same compiled shapes and the same
+rows bit for bit); in a round each process simulates `ROUND_CHUNKS` consecutive chunks, the
+rows are all-gathered (`process_allgather`, one collective a round) and process 0 alone
+keeps the summaries and writes the parts, chunk by chunk in trace order exactly as a single
+process does, so the folder is the same whatever the process count and `--resume` works
+with any count (process 0 reads the state and broadcasts where to go on).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from moejax import budget, engine
+from moejax import budget, distributed, engine
 from moejax.errors import ConfigError
 from moejax.results import atomic_write_bytes, atomic_write_json
 from moejax.sketch import ALPHA, LogHistogram, RunningMean
@@ -47,6 +55,10 @@ PART_ROWS = 65536
 PERCENTILE_METRICS = ("latency_s", "forward_s")
 # Settings a resumed run may differ in (the chunk is taken from the state).
 _NOT_COMPARED = ("chunk", "chunk_given", "columns")
+# Several processes: traces each process simulates between two all-gathers of rows (whole
+# chunks). One collective per round is a fixed cost (ms); 8 k traces of EP at 256 tokens is
+# ~10 ms of simulation plus ~15 s of trace generation per process, so it is amortized.
+ROUND_TRACES = 8192
 
 
 def iter_chunks(system, params, traces, key, chunk: int, start: int = 0):
@@ -76,6 +88,49 @@ def iter_chunks(system, params, traces, key, chunk: int, start: int = 0):
         pending = nxt
     if pending is not None:
         yield pending
+
+
+def iter_rounds(system, params, traces, key, chunk: int, start: int = 0,
+                round_traces: int | None = None):
+    """`iter_chunks` over several processes: every process yields the same (lo, hi,
+    metrics) for each chunk from `start`, in trace order. A round is `P * G` consecutive
+    chunks of the single-process run (G = round_traces // chunk, at least 1); process p
+    simulates the p-th run of G of them, pads its rows to G * chunk and the rows are
+    all-gathered (one `process_allgather` a round). A process with no chunk in the last
+    round simulates the run's first chunk from `start` and sends padding only."""
+    n = engine.batch_size(traces)
+    key = jax.random.key(0) if key is None else key
+    key_data, impl = key_data_of(key, n)
+    fn = engine._compiled(system, False, impl)
+    devices = jax.local_devices()
+    lazy = isinstance(traces, ChunkedTraces)
+    if not lazy:
+        traces = jax.tree_util.tree_map(np.asarray, traces)
+    count, rank = jax.process_count(), jax.process_index()
+    per = max(1, int(round_traces or ROUND_TRACES) // chunk)  # chunks per process per round
+    span = per * chunk
+
+    def call(s, e):
+        tr = (traces.chunk(s, e) if lazy
+              else jax.tree_util.tree_map(lambda x: x[s:e], traces))
+        return fn(params, *engine._shard(tr, key_data[s:e], devices))
+
+    def own(r0):  # this process's rows of the round starting at trace r0, padded to span
+        lo = min(n, r0 + rank * span)
+        hi = min(n, lo + span)
+        starts = range(lo, hi, chunk) if hi > lo else [start]
+        outs = [call(s, min(s + chunk, n)) for s in starts]
+        out = {k: np.concatenate([np.asarray(o[k]) for o in outs])[: hi - lo]
+               for k in outs[0] if np.ndim(outs[0][k]) == 1}
+        return {k: np.concatenate([v, np.zeros(span - len(v), v.dtype)])
+                for k, v in out.items()}
+
+    for r0 in range(start, n, count * span):
+        full = distributed.allgather_rows(own(r0))  # [P, span] each, one collective
+        full = {k: np.asarray(v).reshape(-1) for k, v in full.items()}  # trace order
+        for s in range(r0, min(n, r0 + count * span), chunk):
+            e = min(s + chunk, n)
+            yield s, e, {k: v[s - r0: e - r0] for k, v in full.items()}
 
 
 class Summaries:
@@ -163,15 +218,9 @@ def load_state(out_dir: Path) -> tuple[dict, int, int, dict]:
                 {k: z[k] for k in z.files})
 
 
-def run(system, params, traces, key, *, chunk: int, meta: dict, out_dir: Path | None,
-        resume: bool = False, progress: bool = False) -> tuple[Summaries, int, dict]:
-    """Stream `traces` through `system`; returns (summaries, traces simulated now, meta).
-
-    meta: the run's settings (JSON-able); a resumed run must have the same ones (its chunk
-    comes from the state, so a resumed run makes the same calls as an uninterrupted one).
-    out_dir None: summaries only, no rows written (and no resume)."""
-    n = engine.batch_size(traces)
-    start, parts, sums = 0, 0, None
+def _open(out_dir: Path | None, resume: bool, meta: dict):
+    """(first trace, parts written, summaries or None, meta) of a new or resumed run in
+    `out_dir`; ConfigError if the folder does not fit (see `run`)."""
     if out_dir is not None and resume:
         if not (out_dir / STATE).exists():
             raise ConfigError(f"--resume: {out_dir} holds no streamed run ({STATE} missing); "
@@ -191,10 +240,51 @@ def run(system, params, traces, key, *, chunk: int, meta: dict, out_dir: Path | 
         for p in sorted((out_dir / PARTS).glob("part-*.parquet")):  # past the state: redo
             if int(p.stem.split("-")[1]) >= parts:
                 p.unlink()
-    elif out_dir is not None and (out_dir / STATE).exists():
+        return start, parts, sums, meta
+    if out_dir is not None and (out_dir / STATE).exists():
         raise ConfigError(f"--out {out_dir}: holds a streamed run already ({STATE}); add "
                           "--resume to continue it, or choose another --out")
+    return 0, 0, None, meta
+
+
+def _open_everywhere(out_dir, resume: bool, meta: dict):
+    """`_open` on process 0 (the only one that reads the folder); the others learn the first
+    trace and the chunk by broadcast. A refusal on process 0 reaches every process (a status
+    broadcast first, so none waits on a collective that never comes)."""
+    if distributed.process_count() < 2:
+        return _open(out_dir, resume, meta)
+    from jax.experimental import multihost_utils
+
+    err, start, parts, sums = None, 0, 0, None
+    if distributed.is_writer():
+        try:
+            start, parts, sums, meta = _open(out_dir, resume, meta)
+        except ConfigError as e:
+            err = e
+    status = np.asarray(multihost_utils.broadcast_one_to_all(
+        np.array([err is not None, start, meta["chunk"]], np.int64)))
+    if status[0]:
+        raise err or ConfigError(f"{out_dir}: process 0 could not open the streamed run "
+                                 "(its message says why)")
+    return int(status[1]), parts, sums, dict(meta, chunk=int(status[2]))
+
+
+def run(system, params, traces, key, *, chunk: int, meta: dict, out_dir: Path | None,
+        resume: bool = False, progress: bool = False,
+        round_traces: int | None = None) -> tuple[Summaries | None, int, dict]:
+    """Stream `traces` through `system`; returns (summaries, traces simulated now, meta).
+
+    meta: the run's settings (JSON-able); a resumed run must have the same ones (its chunk
+    comes from the state, so a resumed run makes the same calls as an uninterrupted one).
+    out_dir None: summaries only, no rows written (and no resume). Several processes: each
+    runs this with the same arguments; process 0 keeps the summaries and writes, the others
+    get None summaries (`round_traces`: see `iter_rounds`)."""
+    n = engine.batch_size(traces)
+    start, parts, sums, meta = _open_everywhere(out_dir, resume, meta)
     chunk = int(meta["chunk"])
+    writer = distributed.is_writer()
+    if not writer:
+        out_dir = None
     buffered: list[dict[str, np.ndarray]] = []
     rows = 0
 
@@ -216,29 +306,29 @@ def run(system, params, traces, key, *, chunk: int, meta: dict, out_dir: Path | 
 
     done_now = 0
     starts = range(start, n, chunk)
-    with engine._progress(progress, len(starts), system.name) as advance:
-        for lo, hi, out in iter_chunks(system, params, traces, key, chunk, start):
-            cols = _columns(out)
-            buffered.append({"trace": np.arange(lo, hi, dtype=np.int64), **cols})
-            rows += hi - lo
+    chunks = (iter_chunks(system, params, traces, key, chunk, start)
+              if distributed.process_count() < 2 else
+              iter_rounds(system, params, traces, key, chunk, start, round_traces))
+    with engine._progress(progress and writer, len(starts), system.name) as advance:
+        for lo, hi, out in chunks:
             done_now += hi - lo
-            if rows >= PART_ROWS or hi == n:
-                flush(hi)
+            if writer:
+                buffered.append({"trace": np.arange(lo, hi, dtype=np.int64),
+                                 **_columns(out)})
+                rows += hi - lo
+                if rows >= PART_ROWS or hi == n:
+                    flush(hi)
             advance()
-    return sums, done_now, meta
+    return (sums if writer else None), done_now, meta
 
 
 def simulate_streamed(args, setup, traces, key, source: str) -> int:
     """The CLI's `simulate --stream` / `--resume` (see the module doc); prints the summary and
     writes summary.json when the last trace is done."""
-    from moejax import distributed
     from moejax.api import check_trace_fits
     from moejax.cli import _print_summary
     from moejax.systems import SYSTEMS
 
-    if distributed.process_count() > 1:
-        raise ConfigError("--stream: runs in one process (each process would hold only its "
-                          "block of the rows); drop --num-processes / --coordinator")
     if args.resume and not args.out:
         raise ConfigError("--resume: needs --out, the folder of the run to continue")
     out_dir = Path(args.out) if args.out else None
@@ -262,6 +352,8 @@ def simulate_streamed(args, setup, traces, key, source: str) -> int:
                                out_dir=out_dir, resume=args.resume,
                                progress=not args.quiet)
     wall = time.perf_counter() - t0
+    if not distributed.is_writer():  # several processes: process 0 prints and writes
+        return 0
     h = sums.hists
     summary = {
         "hardware": meta["hardware"], "model": meta["model"], "policy": meta["policy"],
@@ -278,6 +370,7 @@ def simulate_streamed(args, setup, traces, key, source: str) -> int:
         "streamed": {
             "traces_this_call": done_now,
             "chunk": meta["chunk"],
+            "processes": distributed.process_count(),
             "results": f"{PARTS}/part-*.parquet, {PART_ROWS} traces a part" if out_dir
             else None,
             "percentiles": f"log-bucket histogram (moejax.sketch, DDSketch mapping): p50 / "

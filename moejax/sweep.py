@@ -15,8 +15,8 @@ How a value reaches the simulation, per key:
   change to the system. A value the system uses for shapes or checks on the host (e.g.
   FSE-DP derives its micro-slice minimum from the buffer size) cannot be traced: the key is
   rejected in one line naming the keys that can be swept for that system.
-Stream-serving systems (002 AMoE: aep, ep_serving) run per-stream params batches
-(`runner.run_streams(params_batched=True)`): params keys only.
+Stream-serving systems (002 AMoE: aep, ep_serving) serve request streams, not traces:
+`moejax.sweep_serving` (the CLI sends them there).
 """
 
 from __future__ import annotations

@@ -34,6 +34,12 @@ def add_parser(sub, positive_int):
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", required=True, help="folder for sweep.csv, sweep.png, summary.json")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    g = s.add_argument_group("stream-serving policies (aep-*, ep-sync; 002 §5)")
+    g.add_argument("--rate", type=float, default=None,
+                   help="Poisson requests/s (or --vary rate=LO:HI:N)")
+    g.add_argument("--workload", default="medium", help="short | medium | reasonable")
+    g.add_argument("--streams", type=positive_int, default=4, help="request streams a point")
+    g.add_argument("--requests", type=positive_int, default=64, help="requests per stream")
     s.set_defaults(fn=command)
     return s
 
@@ -49,10 +55,8 @@ def command(args) -> int:
     varies = [sweep.parse_vary(v) for v in args.vary]
     points = sweep.grid(varies)
     setup = api.resolve(args.hardware, args.model, args.policy)
-    if setup.policy.system in ("aep", "ep_serving"):
-        raise ConfigError(f"--policy {setup.policy.name}: stream-serving systems (aep, "
-                          "ep_serving) are not swept by `moejax sweep` yet; sweepable systems: "
-                          f"{', '.join(k for k in SYSTEMS if k not in ('aep', 'ep_serving'))}")
+    if setup.policy.system in ("aep", "ep_serving"):  # request streams, not traces
+        return _serving(args, setup, points, varies)
     m = setup.model
     entry = SYSTEMS[setup.policy.system]
     key = jax.random.key(args.seed)
@@ -95,6 +99,86 @@ def command(args) -> int:
     })
     print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
     return 0
+
+
+SERVING_METRICS = ("itl_mean_s", "itl_p99_s", "throughput_tok_s", "ttft_mean_s")
+
+
+def _serving(args, setup, points, varies) -> int:
+    """A sweep of a stream-serving policy (`moejax.sweep_serving`): one row per design point
+    with throughput, ITL mean / p99 and TTFT over its streams."""
+    from moejax import distributed, sweep_serving
+    from moejax.results import atomic_write_csv, atomic_write_json
+    from moejax.status import live_status
+    from moejax.trace.gen import WORKLOADS
+
+    if args.workload not in WORKLOADS:
+        raise ConfigError(f"--workload {args.workload!r}: allowed: {', '.join(WORKLOADS)}")
+    if args.rate is not None and not args.rate > 0:
+        raise ConfigError(f"--rate {args.rate!r}: must be > 0 requests/s")
+    metric = "itl_mean_s" if args.metric == "latency_s" else args.metric
+    if metric not in SERVING_METRICS:
+        raise ConfigError(f"--metric {args.metric!r}: allowed for {setup.policy.name}: "
+                          f"{', '.join(SERVING_METRICS)}")
+    if distributed.process_count() > 1:
+        raise ConfigError(f"--policy {setup.policy.name}: a serving sweep runs in one process; "
+                          "drop --num-processes / --coordinator")
+    serving = sweep_serving.Serving(args.rate, args.workload, args.streams, args.requests,
+                                    args.seed)
+    t0 = time.perf_counter()
+    with live_status(f"sweeping {setup.policy.name}", show=not args.quiet) as say:
+        out = sweep_serving.run(setup, points, serving, progress=say)
+    wall = time.perf_counter() - t0
+    cols = sweep_serving.summarize(points, out)
+    n_pts = len(next(iter(points.values())))
+    m = setup.model
+    print(f"{n_pts} design points x {args.streams} streams of {args.requests} requests, "
+          f"{setup.policy.name} on {setup.platform.name}, {m.name}: {wall:.2f} s")
+    d = Path(args.out)
+    atomic_write_csv(d / "sweep.csv", cols)
+    rate = "" if "rate" in points else f", {args.rate:g} req/s"
+    plot_serving(d / "sweep.png", points, cols, metric,
+                 f"{setup.policy.name} on {setup.platform.name}, {m.name}, {args.workload}"
+                 f"{rate}, {args.streams} x {args.requests} requests")
+    atomic_write_json(d / "summary.json", {
+        "hardware": setup.platform.name, "model": m.name, "policy": setup.policy.name,
+        "system": setup.policy.system, "rate_per_s": args.rate, "workload": args.workload,
+        "streams": args.streams, "requests_per_stream": args.requests,
+        "vary": {v.key: list(v.values) for v in varies}, "points": n_pts, "metric": metric,
+        "wall_s": wall, "all_done": bool(np.all(cols["all_done"])),
+        "best": {k: float(v[int(np.argmin(cols[metric]) if metric != "throughput_tok_s"
+                                else np.argmax(cols[metric]))])
+                 for k, v in cols.items()},
+    })
+    print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
+    return 0
+
+
+def plot_serving(path: Path, points: dict, cols: dict, metric: str, title: str) -> None:
+    """One key: mean and p99 ITL (ms) against it, throughput on the right axis. Two or more:
+    a heatmap of `metric` over the first two keys (at the first value of the others)."""
+    from moejax import plotting
+
+    keys = list(points)
+    if len(keys) > 1:
+        mean_cols = {f"{metric}_mean": np.asarray(cols[metric], np.float64)}
+        plot(path, points, mean_cols, metric, title)
+        return
+    fig, axes = plotting.figure(1, 1, width=5.6, height=3.8)
+    ax = axes[0, 0]
+    sx, lx = _scale(keys[0]) if keys[0] != "rate" else (1.0, "rate (requests/s)")
+    x = points[keys[0]] / sx
+    ax.plot(x, cols["itl_mean_s"], marker="o", ms=3, label="ITL mean")
+    ax.plot(x, cols["itl_p99_s"], marker="s", ms=3, label="ITL p99")
+    plotting.time_axis(ax, "y", "ms", "inter-token latency")
+    ax.set_xlabel(lx)
+    ax2 = ax.twinx()
+    ax2.plot(x, cols["throughput_tok_s"], color="0.4", ls="--", label="throughput")
+    ax2.set_ylabel("throughput (tokens/s)")
+    lines = ax.get_lines() + ax2.get_lines()
+    ax.legend(lines, [ln.get_label() for ln in lines], fontsize=8)
+    ax.set_title(title, fontsize=8)
+    plotting.save(fig, path)
 
 
 def _scale(key: str) -> tuple[float, str]:

@@ -100,3 +100,54 @@ def test_cli_pn_over_a_fixed_chunk_assignment_is_refused(tmp_path, capsys):
     assert not out.exists()
     assert main([*args, "--vary", "assign=0,1"]) == 2  # tuning-only fields are not design keys
     assert "allowed keys: " in capsys.readouterr().err
+
+
+SERVE = ["--hardware", "a100x8-nvswitch", "--model", "mixtral-8x7b", "--workload", "short",
+         "--streams", "2", "--requests", "4", "--quiet"]
+
+
+@pytest.mark.parametrize("policy, vary", [
+    ("aep-defrag", ["--vary", "rate=100,400", "--vary", "link_Bps=1e9,300e9"]),
+    ("ep-sync", ["--rate", "200", "--vary", "link_Bps=1e9,300e9"]),
+])
+def test_serving_sweep_rows_equal_separate_runs(policy, vary, tmp_path):
+    """AMoE in `moejax sweep` (002 §5 request streams): one row per design point (a PNG
+    too); 1 GB/s links give a slower mean ITL than 300 GB/s at every rate; and an AEP row
+    (every point in one vmapped rounds call, Consts batched) equals `moejax simulate`'s
+    serving run of that point's platform and rate (the same streams: the sweep's seed)."""
+    from moejax.systems.amoe import serve
+    from moejax.systems.amoe.cli import p99_from_hist
+
+    out = tmp_path / "sw"
+    assert main(["sweep", *SERVE, "--policy", policy, *vary, "--out", str(out)]) == 0
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert (out / "sweep.png").stat().st_size > 1000
+    assert all(r["all_done"] == "True" for r in rows)
+    for slow, fast in zip(rows[::2], rows[1::2], strict=True):  # 1 vs 300 GB/s, same rate
+        assert float(slow["itl_mean_s"]) > float(fast["itl_mean_s"])
+    if policy != "aep-defrag":  # ep_serving: runner.run_streams per platform point as is
+        return
+    row = rows[-2]  # one reference run (a compile): rate 400, 1 GB/s links
+    base = api.resolve("a100x8-nvswitch", "mixtral-8x7b", policy).platform
+    ref = serve.simulate(base.with_overrides(link_Bps=1e9), "mixtral-8x7b", policy,
+                         rate_per_s=400.0, workload="short", num_streams=2, num_requests=4,
+                         seed=0)
+    assert row["rate"] == "400" and float(row["link_Bps"]) == 1e9
+    for k in ("throughput_tok_s", "itl_mean_s", "ttft_mean_s"):
+        np.testing.assert_allclose(float(row[k]), np.mean(ref[k], dtype=np.float64),
+                                   rtol=1e-6, err_msg=k)
+    np.testing.assert_allclose(float(row["itl_p99_s"]), p99_from_hist(ref["itl_hist"].sum(0)),
+                               rtol=1e-8)  # %.9g in the CSV
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["--vary", "rate=100,200", "--workload", "huge"], "--workload"),
+    (["--vary", "link_Bps=1e9,2e9"], "--rate"),
+    (["--vary", "bogus=1,2", "--rate", "10"], "allowed keys: rate"),
+])
+def test_serving_sweep_bad_input_is_one_line(extra, field, tmp_path, capsys):
+    out = tmp_path / "bad"
+    assert main(["sweep", *SERVE, "--policy", "aep-defrag", *extra, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and field in err, err
+    assert not out.exists()
