@@ -114,7 +114,7 @@ def test_every_token_passes_every_block_once():
 
 
 def test_topk_merge_waits_for_all_k():
-    cfg = _setup(top_k=2)
+    cfg = _cached_setup(top_k=2)  # the same config (and compiled system) as the other tests
     st = _streams(2, seed=3)
     _, _, keys = _run(cfg, st)
     log = _ref(cfg, st, keys, 0)["log"]
@@ -249,10 +249,9 @@ def test_routing_distinct_and_follows_popularity():
 
 
 def test_sync_conservation_and_running_limit():
-    cfg = _setup()
-    scfg = sync.make_config(cfg.platform, cfg.model, num_requests=R, max_running=1)
-    st = _streams(2, rate=1e5)
-    out = runner.run_streams(sync.build(scfg), sync.SyncParams(), st, chunk_steps=64)
+    cfg = _cached_setup()
+    st = _streams(2, rate=1e5)  # the roofline test's system (max_running = 1), compiled once
+    out = runner.run_streams(_sync_system(), sync.SyncParams(), st, chunk_steps=64)
     assert bool(np.all(out["all_done"]))
     np.testing.assert_array_equal(out["output_tokens"], np.asarray(st.output_len).sum(1))
     assert (np.asarray(out["mean_batch"]) <= cfg.num_devices).all()

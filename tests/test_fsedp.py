@@ -58,7 +58,7 @@ def test_reference_on_3x3_mesh():
         make_platform("mesh2d", rows=3, cols=3), make_model(num_experts=8, top_k=2),
         ablation="A3", weight_buffer_bytes=BUF)
     tok = _tok(cfg, 5, n=9)
-    got = layer.simulate_layer(cfg, 4.0, tok, tok.sum(0))
+    got = jax.jit(lambda t: layer.simulate_layer(cfg, 4.0, t, t.sum(0)))(tok)  # one compile
     ref = reference.simulate_layer(cfg, 4.0, np.asarray(tok))
     np.testing.assert_allclose(float(got["latency_s"]), ref["latency_s"], rtol=1e-5)
 
@@ -68,7 +68,7 @@ def test_conservation_capacity_and_lower_bounds(ablation):
     cfg = _cfg(ablation=ablation)
     tok = _tok(cfg, 3, n=16)
     m = 4.0
-    out = layer.moe_layer(cfg, m, tok, tok.sum(0))
+    out = jax.jit(lambda t: layer.moe_layer(cfg, m, t, t.sum(0)))(tok)  # not op-by-op
     mod = cfg.model
     busy = np.asarray(out["busy_s"])
     lat = float(out["latency_s"])

@@ -60,8 +60,8 @@ def test_wafer_gated_step_at_tau_zero_is_the_boolean_path(invasive, kind):
 
 @pytest.fixture(scope="module")
 def forward_of_alpha():
-    """Mean forward time (ms) as a function of (alpha, tau, tau_trigger), all traced: one
-    compile (and one for its gradient) serves every temperature below."""
+    """Mean forward time (ms) as a function of (alpha, tau, tau_trigger), all traced, and its
+    jitted gradient in alpha: one compile each serves every temperature below."""
     cfg, sysm, tr = _wafer(True, "topology", iterations=4, traces=2)
     base = wsys.default_params(cfg, alpha=0.0, beta=0.0)
 
@@ -69,12 +69,12 @@ def forward_of_alpha():
     def f(alpha, tau, tau_trigger):
         p = base.replace(alpha=alpha, tau=tau, tau_trigger=tau_trigger)
         return engine.simulate(sysm, p, tr)["forward_s"].mean() * 1e3  # ms
-    return cfg, sysm, tr, f
+    return cfg, sysm, tr, f, jax.jit(jax.grad(f))
 
 
 def test_wafer_relaxed_forward_time_gradient_in_alpha_matches_central_difference(
         forward_of_alpha):
-    cfg, sysm, tr, f = forward_of_alpha
+    cfg, sysm, tr, f, grad_f = forward_of_alpha
     # alpha near the observed Eq. 2 sums (2 layers; per-iteration loads are layer means),
     # so the gate is not saturated
     loads = engine.simulate(sysm, wsys.default_params(cfg, alpha=1e6), tr)["per_iteration"][
@@ -83,7 +83,7 @@ def test_wafer_relaxed_forward_time_gradient_in_alpha_matches_central_difference
     a = jnp.float32(imb)
     for tau, tau_trigger in ((0.5, 0.5), (0.0, 0.5)):  # relaxed layer, or hard layer + gate
         t, tt = jnp.float32(tau), jnp.float32(tau_trigger)
-        g = float(jax.grad(f)(a, t, tt))
+        g = float(grad_f(a, t, tt))
         h = 0.02
         fd = (float(f(a + h, t, tt)) - float(f(a - h, t, tt))) / (2 * h)
         assert abs(g) > 1e-4, g  # alpha reaches the forward time
@@ -91,7 +91,7 @@ def test_wafer_relaxed_forward_time_gradient_in_alpha_matches_central_difference
 
 
 def test_wafer_relaxed_forward_time_tends_to_hard_as_tau_falls(forward_of_alpha):
-    f = forward_of_alpha[-1]
+    f = forward_of_alpha[3]
     alpha = jnp.float32(2.0)
 
     def ms(tau):

@@ -82,7 +82,11 @@ def test_non_invasive_migration_uses_only_cold_links():
     params = system.default_params(cfg)
     counts = jnp.asarray(_skewed_counts(16, 1, 1, 64, 2)[0, 0])
     empty = jnp.zeros((0, 2), jnp.int32)
-    out = system.layer(cfg, params, params.placement, empty, jnp.zeros((0,), bool), counts)
+    # the exact layer jitted: an eager call compiles both `lax.cond` branches; `relax.branch`
+    # at a Python 0.0 is the very function the traced cond runs at tau = 0
+    out = jax.jit(lambda p, h, c: system.layer(cfg, p.replace(tau=0.0), h, empty,
+                                               jnp.zeros((0,), bool), c))(
+        params, params.placement, counts)
     planned = bal.plan(counts, params.placement, 1, cfg.topo.hops, "topology")
     copies = jnp.clip(planned - params.placement, 0, 1)[None]
     assert float(copies.sum()) > 0

@@ -15,6 +15,12 @@ from moejax.systems.wafer import reference, system
 
 BW, LAT = 1e9, 1e-6
 
+# The exact layer jitted (an eager `system.layer` call compiles its whole `lax.cond`, both
+# branches, again on every call): `relax.branch` at a Python 0.0 is the very function the
+# traced cond runs at tau = 0, and only that branch is compiled.
+_hard_layer = jax.jit(lambda cfg, p, *a: system.layer(cfg, p.replace(tau=0.0), *a),
+                      static_argnums=0)
+
 
 def _mesh(rows, cols, kind="mesh2d"):
     if kind == "mesh2d":
@@ -108,7 +114,7 @@ def test_eq1_layer_matches_plain_reference(case):
         host[rng.integers(0, e, 3), rng.integers(0, d, 3)] = 1.0
     tr = random_trace(jax.random.key(1), 1, 1, 1, 24, e, 2, valid=[[19]])
     ids, mask, counts = tr.expert_ids[0, 0, 0], tr.token_mask[0, 0], tr.counts[0, 0, 0]
-    out = system.layer(cfg, params, jnp.asarray(host), ids, mask, counts)
+    out = _hard_layer(cfg, params, jnp.asarray(host), ids, mask, counts)
     ref = reference.layer(cfg, host, np.asarray(ids), np.asarray(mask))
     for k in ("layer_s", "all_to_all_s", "all_reduce_s", "esp_reduce_s", "moe_compute_s",
               "micro_batches"):
@@ -147,10 +153,10 @@ def test_eq1_costs_more_than_cut_through_and_bad_values_name_the_field():
     c1, c0 = _cfg(**kw), _cfg(network="link_load", bidi=False, **kw)
     counts = jnp.full((8,), 24.0)
     ids, mask = jnp.zeros((0, 2), jnp.int32), jnp.zeros((0,), bool)
-    a = system.layer(c1, system.default_params(c1), system.default_params(c1).placement, ids,
-                     mask, counts)
-    b = system.layer(c0, system.default_params(c0), system.default_params(c0).placement, ids,
-                     mask, counts)
+    a = _hard_layer(c1, system.default_params(c1), system.default_params(c1).placement, ids,
+                    mask, counts)
+    b = _hard_layer(c0, system.default_params(c0), system.default_params(c0).placement, ids,
+                    mask, counts)
     assert float(a["all_to_all_s"]) >= float(b["all_to_all_s"])  # store-and-forward
     with pytest.raises(ConfigError, match="network"):
         _cfg(network="ideal", **kw)
