@@ -185,6 +185,11 @@ def _mul(a, b, zero):
     return jax.lax.bitcast_convert_type(p, F32)
 
 
+def _once(x):
+    """x materialized once (an optimization barrier: no recomputation in consumers)."""
+    return jax.lax.optimization_barrier(x)
+
+
 def _layer_ticks(cost, n, ctx, is_att, zero):
     """Duration ticks of a launch of n tokens (attention: ctx KV tokens), core's float32."""
     (exp_comp, exp_weight, exp_act, exp_fixed, att_comp, att_ctx_comp, att_weight, att_kv,
@@ -298,8 +303,7 @@ def _starts(spec: Spec, cs: Consts, s: State):
     """[D] earliest pending ready tick per GPU (BIG: none) and each token slot's GPU."""
     gpu = cs.gpu_of_unit[s.unit]  # [C, K]
     pend = s.sstate == 1
-    ids = jnp.arange(spec.num_devices, dtype=I32)[:, None, None]
-    earliest = jnp.where(pend[None] & (gpu[None] == ids), s.ready[None], BIG).min((1, 2))
+    earliest = jnp.full(spec.num_devices, BIG, I32).at[gpu].min(jnp.where(pend, s.ready, BIG))
     return earliest, gpu, pend
 
 
@@ -378,10 +382,9 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     on = cs.gpu_of_unit[None, :] == ids[:, None]  # [D, U]
     b_sel, u_sel = _select(spec, q, on, st.decay, cs.zero, st.sched)
     batch0 = elig & (blk == b_sel[gpu]) & (s.unit == u_sel[gpu])
-    mine = gpu[None] == ids[:, None, None]  # [D, C, K]
-    n = (mine & batch0[None]).sum((1, 2), dtype=I32)
+    n = q[b_sel, u_sel]  # [D] the chosen queue's eligible tokens
     is_att = u_sel < a_
-    ctx = jnp.where(mine[:, :, 0] & batch0[None, :, 0], (s.inp + s.done)[None], 0).sum(1)
+    ctx = jnp.zeros(d_, I32).at[gpu[:, 0]].add(jnp.where(batch0[:, 0], s.inp + s.done, 0))
     dur = _layer_ticks(cs.cost, n, ctx, is_att, cs.zero)
     end = jnp.where(cand, start + dur, BIG)
     horizon = end.min()
@@ -399,24 +402,25 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
         go = go & (s.clock < st.horizon)
     batch = batch0 & go[gpu]
     # dispatcher (§3.2): attention -> the K routed experts; expert -> the request's rank
-    experts = routing.choose_experts(jnp, st.seed, s.req, s.done, s.block, cs.cdf, k_)
+    # optimization barriers: XLA would otherwise recompute these expressions (the routing
+    # hash above all) inside every fusion that consumes them
+    experts = _once(routing.choose_experts(jnp, st.seed, s.req, s.done, s.block, cs.cdf, k_))
     att_row = batch[:, 0] & is_att[gpu[:, 0]]  # [C]
     exp_mv = batch & ~is_att[gpu]  # [C, K]
     att_mv = jnp.broadcast_to(att_row[:, None], s.unit.shape)
     mv = att_mv | exp_mv
     src = jnp.where(att_mv, gpu[:, :1], gpu)
-    dst = jnp.where(att_mv, cs.exp_gpu[experts], cs.att_gpu[s.rank][:, None])
+    dst = _once(jnp.where(att_mv, cs.exp_gpu[experts], cs.att_gpu[s.rank][:, None]))
     cnt = jnp.zeros((d_, d_), I32).at[src, dst].add(mv.astype(I32))
     xfer = _ticks(cs.lat[src, dst] + _mul(cnt[src, dst].astype(F32), cs.ptok[src, dst], cs.zero))
-    arrive = jnp.where(mv, end[src] + xfer, 0)
+    arrive = _once(jnp.where(mv, end[src] + xfer, 0))
     sstate = jnp.where(att_mv, 1, jnp.where(exp_mv, 2, s.sstate))
     unit = jnp.where(att_mv, a_ + experts, s.unit)
     ready = jnp.where(mv, arrive, s.ready)
     phase = jnp.where(att_row, 1, s.phase)
     gi = go.astype(I32)
     # token pool (§3.2 Top-K support): merge once all K expert outputs arrived
-    merge = (phase == 1) & (sstate == 2).all(1)
-    t_m = ready.max(1)
+    merge, t_m = _once(((phase == 1) & (sstate == 2).all(1), ready.max(1)))
     emit = merge & (s.block == nb - 1)
     has_itl = emit & (t_m >= cs.w0) & (t_m < cs.w1) & (s.done > 0) & (s.last > 0)
     itl = t_m - s.last
@@ -463,9 +467,8 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     end_ = new.finished >= new.n_req
     if spec.closed:
         end_ = jnp.where(st.closed, new.clock >= st.horizon, end_)
-    new = new.replace(stop=end_ | over | stuck)
-    return jax.tree_util.tree_map(lambda x, y: jnp.where(stuck, x, y),
-                                  s.replace(stop=True, overflow=new.overflow), new)
+    # stuck: nothing launched this round (no candidate), or overflow (`unpack` raises)
+    return new.replace(stop=end_ | over | stuck)
 
 
 def _resubmit(spec: Spec, s: State, new: State, fin, t_m, go, start, gpu, exp_mv) -> State:
