@@ -1,5 +1,7 @@
 """AMoE (002) accelerator path in rounds (`systems/amoe/rounds.py`, review §7.4 B): equal to
-the exact CPU core and its plain-Python form event for event; vmap == loop; jit == no-jit."""
+the exact CPU core and its plain-Python form event for event, open loops and closed loops
+(spread and aligned starts; the closed loop keeps N requests in the system); vmap == loop;
+jit == no-jit."""
 
 from __future__ import annotations
 
@@ -33,90 +35,134 @@ def _cfg(kind, top_k, scheduler):
     return dataclasses.replace(cfg, kv_capacity_tokens=26) if kind != "switch" else cfg
 
 
+N, HORIZON_S = 6, 0.008  # closed loops: N requests kept in the system for 8 ms
+
+
+def _capture(run, *a, plain=False, **kw):
+    """(result, core.simulate's args) of one steady.run_* call."""
+    args = []
+    real = core.simulate
+
+    def capture(*x):
+        args.append(tuple(v.copy() if isinstance(v, np.ndarray) else v for v in x))
+        return real(*x)
+
+    core.simulate = capture
+    try:
+        fast = run(*a, **kw)
+    finally:
+        core.simulate = real
+    return fast, args[0]
+
+
 def _core_runs(kind, top_k):
-    """[(core result, plain result, core.simulate's args)] for 3 schedulers x 2 seeds."""
+    """[(core result, plain result or None, core.simulate's args, closed)]: per scheduler,
+    2 open streams (seeds / decays 0.5 and 0.7) and 2 closed loops (spread, aligned)."""
     st = request_stream(jax.random.key(1), num_streams=1, num_requests=R, rate_per_s=3000.0,
                         input_range=(5, 20), output_range=(1, 5))
     stream = [np.asarray(x[0]) for x in (st.arrival_s, st.input_len, st.output_len)]
     runs = []
-    real = core.simulate
     for sched in SCHEDS:
         cfg = _cfg(kind, top_k, sched)
         for seed, decay in ((11, 0.5), (12, 0.7)):
-            args = []
-
-            def capture(*a, args=args):
-                args.append(tuple(x.copy() if isinstance(x, np.ndarray) else x for x in a))
-                return real(*a)
-
-            core.simulate = capture
-            try:
-                fast = steady.run_open(cfg, *stream, seed, decay)
-            finally:
-                core.simulate = real
+            fast, args = _capture(steady.run_open, cfg, *stream, seed, decay)
             # the plain-Python form is slow: once per scheduler (test_amoe_core has more)
             slow = steady.run_open(cfg, *stream, seed, decay, plain=True) if seed == 11 else None
-            runs.append((fast, slow, args[0]))
+            runs.append((fast, slow, args, False))
+        for spread, decay in ((True, 0.7), (False, 0.5)):
+            kw = dict(workload=((5, 20), (1, 5)), spread=spread)
+            fast, args = _capture(steady.run_closed, cfg, N, HORIZON_S, 13, decay, **kw)
+            slow = (steady.run_closed(cfg, N, HORIZON_S, 13, decay, plain=True, **kw)
+                    if spread and sched == "defrag" else None)
+            runs.append((fast, slow, args, True))
     return runs
 
 
-def _batch(runs):
-    """(spec, consts, stacked streams) of the runs, one compilation (scheduler per stream)."""
-    prepared = [rounds.prepare(*a, sched_per_stream=True) for _, _, a in runs]
-    spec, cs, _ = prepared[0]
-    assert all(p[0] == spec for p in prepared)
-    st = jax.tree_util.tree_map(lambda *x: np.stack(x), *[p[2] for p in prepared])
-    return spec, cs, st, [p[2] for p in prepared]
+def _prepare(runs):
+    """(spec, [(consts, stream)]) of the runs, one compilation: shapes padded to the largest
+    (R, C, token bins), scheduler per stream, the closed loop compiled in."""
+    r = max(len(a[0]) for _, _, a, _ in runs)
+    c = max(a[33] for _, _, a, _ in runs)  # conc_cap
+    tb = max(len(a[31]) for _, _, a, _ in runs)
+    prepared = [rounds.prepare(*a[:31], np.zeros(tb, np.int64), *a[32:], sched_per_stream=True,
+                               requests=r, slots=c, closed_spec=True) for _, _, a, _ in runs]
+    spec = prepared[0][0]
+    assert all(p[0] == spec for p in prepared) and spec.closed
+    return spec, [p[1:] for p in prepared]
 
 
 def _result(spec, s, st, args):
-    tok = np.zeros_like(args[31])
+    tok = np.zeros(spec.tok_bins, np.int64)
     hist = np.zeros_like(args[32])
     res = dict(zip(OUT, rounds.unpack(spec, s, st, tok, hist), strict=True))
     res["complete"] = np.where(res["complete"] >= core.BIG, steady.BIG_TICK, res["complete"])
     res["admitted"] = np.where(res["admitted"] >= core.BIG, steady.BIG_TICK, res["admitted"])
-    return {**res, "tok_bins": tok, "itl_hist": hist}
+    return {**res, "tok_bins": tok[:len(args[31])], "itl_hist": hist}
+
+
+def _stack(items):
+    return jax.tree_util.tree_map(lambda *x: np.stack(x), *items)
 
 
 @functools.cache
 def _case(kind, top_k, batched):
-    """The 6 runs of a case through the rounds path: jit(vmap) or a loop of jit(one)."""
+    """The 12 runs of a case through the rounds path: jit(vmap) (open and closed streams in
+    two batches: their Consts differ) or a loop of jit(one)."""
     runs = _core_runs(kind, top_k)
-    spec, cs, st, streams = _batch(runs)
+    spec, cs_st = _prepare(runs)
     ini, adv = rounds.compiled(spec, batched=batched)
-    if batched:
+    if not batched:
+        return runs, spec, cs_st, [adv(cs, x, ini(x), rounds.BIG) for cs, x in cs_st]
+    outs = [None] * len(runs)
+    for closed in (False, True):
+        idx = [i for i, r in enumerate(runs) if r[3] == closed]
+        cs = cs_st[idx[0]][0]
+        for i in idx:  # one window and cost table per group
+            jax.tree_util.tree_map(np.testing.assert_array_equal, cs_st[i][0], cs)
+        st = _stack([cs_st[i][1] for i in idx])
         s = adv(cs, st, ini(st), rounds.BIG)
-        outs = [jax.tree_util.tree_map(lambda x, i=i: x[i], s) for i in range(len(runs))]
-    else:
-        outs = [adv(cs, x, ini(x), rounds.BIG) for x in streams]
-    return runs, spec, cs, streams, outs
+        for j, i in enumerate(idx):
+            outs[i] = jax.tree_util.tree_map(lambda x, j=j: x[j], s)
+    return runs, spec, cs_st, outs
 
 
 # one compilation each (a few CPU-s): together every scheduler, top-1 and top-2, both
-# platforms, KV-blocked admissions (two nodes), a stream batch and a loop of single streams
+# platforms, open and closed loops (spread and aligned starts), KV-blocked admissions (two
+# nodes), a stream batch and a loop of single streams
 CASES = [("switch", 1, False), ("hierarchical", 2, True)]
 
 
 @pytest.mark.parametrize("kind,top_k,batched", CASES)
 def test_rounds_equal_core_and_plain(kind, top_k, batched):
-    runs, spec, _, streams, outs = _case(kind, top_k, batched)
-    for i, ((fast, slow, args), s) in enumerate(zip(runs, outs, strict=True)):
-        got = _result(spec, s, streams[i], args)
-        for k in KEYS:
+    runs, spec, cs_st, outs = _case(kind, top_k, batched)
+    for i, ((fast, slow, args, closed), s) in enumerate(zip(runs, outs, strict=True)):
+        got = _result(spec, s, cs_st[i][1], args)
+        for k in KEYS + ("n_req", "arrival", "output_len", "exhausted"):
             if slow is not None:
                 np.testing.assert_array_equal(fast[k], slow[k], err_msg=f"plain {k}")
             np.testing.assert_array_equal(got[k], fast[k], err_msg=f"rounds {k} run {i}")
-        assert got["tokens_done"].sum() == fast["output_len"].sum()
         assert int(s.rounds) < int(s.events)  # launches were batched into rounds
+        if not closed:
+            assert got["tokens_done"].sum() == fast["output_len"].sum()
+            continue
+        assert got["n_req"] >= N + 4 and not got["exhausted"]  # requests were resubmitted
+        # the closed loop keeps N requests in the system (arrived, not completed)
+        arr = np.where(np.arange(got["n_req"]) < N, 0, got["arrival"])
+        for t in np.linspace(0, fast["horizon"] - 1, 17).astype(np.int64):
+            assert ((arr <= t) & (got["complete"] > t)).sum() == N
     if kind == "hierarchical":  # admissions waited for KV releases (else at arrival)
-        assert any((f["admitted"] > a[0][:R]).any() for f, _, a in runs)
+        assert any((f["admitted"] > a[0][:len(f["admitted"])]).any() for f, _, a, _ in runs)
+    # the spread start began requests mid-way (tokens already done, blocks > 0)
+    spread = [a for _, _, a, c in runs if c and len(a[25])]  # init_block, init_done
+    assert spread and all(a[25].any() and a[26].any() for a in spread)
 
 
 def test_vmap_equals_loop():
-    runs, spec, cs, streams, outs = _case("hierarchical", 2, True)
+    runs, spec, cs_st, outs = _case("hierarchical", 2, True)
     ini, adv = rounds.compiled(spec)
-    for i in (1, 5):  # defrag, FLFS
-        one = adv(cs, streams[i], ini(streams[i]), rounds.BIG)
+    for i in (1, 2, 11):  # defrag open / closed spread, FLFS closed aligned
+        cs, st = cs_st[i]
+        one = adv(cs, st, ini(st), rounds.BIG)
         jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(a, b), outs[i], one)
 
 

@@ -23,7 +23,10 @@ plain-Python versions), for small tests without compilation.
 Beyond the reference it serves two workloads (review §5):
 * open loop: a finite Poisson stream, run until every request completes;
 * closed loop (`closed = N`): N requests in the system, each completion submits the next
-  one at once, run until `horizon` ticks;
+  one at once (arriving at the completion tick), run until `horizon` ticks. Resubmissions
+  are numbered in a canonical total order, independent of the heap layout: by the launch
+  that completes them (tick, then GPU id: the core's event order), then by request id;
+  `rounds.py` numbers them the same way;
 and it records the steady-window metrics at emission time: tokens emitted per time bin,
 inter-token latencies of tokens emitted in [w0, w1) (sum, count, log histogram).
 """
@@ -194,6 +197,8 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
     cnt = np.zeros(d_, np.int64)
     xfer = np.zeros(d_, np.int64)
     total = np.zeros(nb_, np.float32)
+    fin = np.zeros(conc_cap * k_ + 16, np.int64)  # requests completed by one launch
+    nfin = 0
     n_req = n_req0
     for r in range(init_done.shape[0]):
         done[r] = init_done[r]
@@ -415,15 +420,9 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                     complete[r] = t_m
                     finished += 1
                     _hpush(rk_, rv_, rs_, 0, t_m, r)
-                    if closed > 0:  # closed loop: the next request arrives at once
-                        if n_req < rmax:
-                            arrival[n_req] = t_m
-                            inp[n_req] = new_inp[n_req]
-                            outl[n_req] = new_outl[n_req]
-                            need[n_req] = inp[n_req] + outl[n_req]
-                            n_req += 1
-                        else:
-                            exhausted = 1
+                    if closed > 0:  # closed loop: resubmitted after this launch (below)
+                        fin[nfin] = r
+                        nfin += 1
                     continue
             else:
                 block[r] += 1
@@ -433,6 +432,21 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
             s_ready[s2] = t_m
             s_unit[s2] = rank[r]
             _hpush(hk, hv, hs, att_gpu[rank[r]], t_m, s2)
+        if nfin > 0:  # closed loop: each completion submits the next request at once,
+            # numbered in the canonical order (launch tick, GPU id, request id): the batch's
+            # order follows the heap layout among equal ready ticks, so sort by request id
+            order = np.sort(fin[:nfin])
+            for i in range(nfin):
+                r = order[i]
+                if n_req < rmax:
+                    arrival[n_req] = complete[r]
+                    inp[n_req] = new_inp[n_req]
+                    outl[n_req] = new_outl[n_req]
+                    need[n_req] = inp[n_req] + outl[n_req]
+                    n_req += 1
+                else:
+                    exhausted = 1
+            nfin = 0
     return (complete[:n_req], first[:n_req], last[:n_req], done[:n_req], rank[:n_req],
             admitted[:n_req], arrival[:n_req].copy(), outl[:n_req].copy(), busy, execs, ntok,
             events, clock, n_req, itl_sum, itl_n, exhausted)

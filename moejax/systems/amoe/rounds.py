@@ -26,9 +26,15 @@ released), K token slots each, fed from the stream by a pointer; the per-request
 `core.simulate` (open loop) and returns its tuple; `run_streams` gives the old JAX path's
 per-stream metrics (`aep.metrics`), vmapped over streams.
 
-Not covered: the closed loop (`closed > 0`), whose resubmitted request ids follow the
-core's heap order among equal ready ticks, and `max_events` below the stream's total
-(rounds stop at the first round boundary past it).
+The closed loop (`Spec.closed`: each completion submits the next request at once, until
+the first event at or after `Stream.horizon`) numbers the resubmissions in the core's
+canonical order: by the launch that completes them, (start, GPU id), then by request id
+(a sort of the round's completions); the horizon caps a round like a blocked head (up to
+and including the first launch at or after it). Spread starts (`Stream.blk0` / `done0`:
+each request's block and tokens done at admission) are per-request inputs.
+
+Not covered: `max_events` below the stream's total (rounds stop at the first round
+boundary past it).
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ class Spec:
     itl_bins: int  # len(itl_edges) + 1
     itl_span: int = 1  # most ITL edges inside one log bucket (`itl_table`)
     series: int = 0  # > 0: aep.metrics' done_bins / queue-depth series with this many bins
+    closed: bool = False  # closed loops compiled in (per stream: Stream.closed)
 
 
 @struct.dataclass
@@ -104,6 +111,10 @@ class Stream:
     decay: jax.Array  # () float32 Algorithm 1 delta
     sched: jax.Array  # () int32 scheduler when Spec.sched == -1
     max_events: jax.Array  # () stop at the first round boundary past this
+    closed: jax.Array  # () bool: completions resubmit, `horizon` ends the run (Spec.closed)
+    horizon: jax.Array  # () closed loop: stop after the first event at or after this tick
+    blk0: jax.Array  # [R] block at admission (spread start; 0 = aligned)
+    done0: jax.Array  # [R] output tokens already done at admission (spread start)
 
 
 @struct.dataclass
@@ -135,6 +146,10 @@ class State:
     o_done: jax.Array
     o_rank: jax.Array
     o_admitted: jax.Array
+    # stream [R] and its length (the closed loop appends resubmissions)
+    arr: jax.Array
+    n_req: jax.Array
+    exhausted: jax.Array  # closed loop: more completions than R (raise R)
     # scalars
     clock: jax.Array
     next_req: jax.Array
@@ -168,6 +183,11 @@ def _mul(a, b, zero):
     """
     p = jax.lax.bitcast_convert_type(a * b, I32) + zero
     return jax.lax.bitcast_convert_type(p, F32)
+
+
+def _once(x):
+    """x materialized once (an optimization barrier: no recomputation in consumers)."""
+    return jax.lax.optimization_barrier(x)
 
 
 def _layer_ticks(cost, n, ctx, is_att, zero):
@@ -230,8 +250,8 @@ def init(spec: Spec, st: Stream) -> State:
         req=zc - 1, rank=zc, block=zc, done=zc, inp=zc, outl=zc, phase=zc - 1,
         release=zc + BIG, last=zc, first=zc, unit=zck, sstate=zck, ready=zck,
         gpu_free=zd, busy=zd, execs=zd, ntok=zd,
-        o_complete=zr + BIG, o_first=zr, o_last=zr, o_done=zr, o_rank=zr - 1,
-        o_admitted=zr + BIG,
+        o_complete=zr + BIG, o_first=zr, o_last=zr, o_done=st.done0, o_rank=zr - 1,
+        o_admitted=zr + BIG, arr=st.arrival, n_req=st.n_req, exhausted=jnp.bool_(False),
         clock=I32(0), next_req=I32(0), events=I32(0), rounds=I32(0), finished=I32(0),
         itl_sum=I32(0), itl_n=I32(0), overflow=jnp.bool_(False),
         stop=st.n_req <= 0,
@@ -283,16 +303,15 @@ def _starts(spec: Spec, cs: Consts, s: State):
     """[D] earliest pending ready tick per GPU (BIG: none) and each token slot's GPU."""
     gpu = cs.gpu_of_unit[s.unit]  # [C, K]
     pend = s.sstate == 1
-    ids = jnp.arange(spec.num_devices, dtype=I32)[:, None, None]
-    earliest = jnp.where(pend[None] & (gpu[None] == ids), s.ready[None], BIG).min((1, 2))
+    earliest = jnp.full(spec.num_devices, BIG, I32).at[gpu].min(jnp.where(pend, s.ready, BIG))
     return earliest, gpu, pend
 
 
 def _head(spec: Spec, cs: Consts, st: Stream, s: State):
     """Head-of-line admission: (t_adm or BIG, rank, slot, has_slot, blocked, t_a)."""
     hol = jnp.minimum(s.next_req, spec.requests - 1)
-    valid = s.next_req < st.n_req
-    t_a = jnp.maximum(st.arrival[hol], s.clock)
+    valid = s.next_req < s.n_req
+    t_a = jnp.maximum(s.arr[hol], s.clock)
     holding = (s.phase >= 0) & (s.release > t_a)
     ranks = jnp.arange(spec.num_ranks, dtype=I32)[:, None]
     used = jnp.where(holding[None] & (s.rank[None] == ranks), (s.inp + s.outl)[None], 0).sum(1)
@@ -314,7 +333,8 @@ def _admissions(spec: Spec, cs: Consts, st: Stream, s: State):
 
     def cond(c):
         s, earliest, (t_adm, _, _, has_slot, _, _) = c
-        return (t_adm < BIG) & (t_adm <= lmin(earliest, s.gpu_free)) & has_slot
+        go = (t_adm < BIG) & (t_adm <= lmin(earliest, s.gpu_free)) & has_slot
+        return go & (s.clock < st.horizon) if spec.closed else go
 
     def body(c):
         s, earliest, (t_adm, best, slot, _, _, _) = c
@@ -329,7 +349,7 @@ def _admissions(spec: Spec, cs: Consts, st: Stream, s: State):
             o_done=s.o_done.at[old].set(s.done[slot], mode="drop"))
         s = s.replace(
             req=s.req.at[slot].set(r), rank=s.rank.at[slot].set(best),
-            block=s.block.at[slot].set(0), done=s.done.at[slot].set(0),
+            block=s.block.at[slot].set(st.blk0[r]), done=s.done.at[slot].set(st.done0[r]),
             inp=s.inp.at[slot].set(st.inp[r]), outl=s.outl.at[slot].set(st.outl[r]),
             phase=s.phase.at[slot].set(0), release=s.release.at[slot].set(BIG),
             last=s.last.at[slot].set(0), first=s.first.at[slot].set(0),
@@ -362,41 +382,45 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     on = cs.gpu_of_unit[None, :] == ids[:, None]  # [D, U]
     b_sel, u_sel = _select(spec, q, on, st.decay, cs.zero, st.sched)
     batch0 = elig & (blk == b_sel[gpu]) & (s.unit == u_sel[gpu])
-    mine = gpu[None] == ids[:, None, None]  # [D, C, K]
-    n = (mine & batch0[None]).sum((1, 2), dtype=I32)
+    n = q[b_sel, u_sel]  # [D] the chosen queue's eligible tokens
     is_att = u_sel < a_
-    ctx = jnp.where(mine[:, :, 0] & batch0[None, :, 0], (s.inp + s.done)[None], 0).sum(1)
+    ctx = jnp.zeros(d_, I32).at[gpu[:, 0]].add(jnp.where(batch0[:, 0], s.inp + s.done, 0))
     dur = _layer_ticks(cs.cost, n, ctx, is_att, cs.zero)
     end = jnp.where(cand, start + dur, BIG)
     horizon = end.min()
     # caps: the next admission (ties to admission); a blocked head's first possible release
     rel = jnp.where((s.phase == 2) & (s.release > t_a), s.release, BIG).min()
     rho = jnp.where(blocked, rel, BIG)
+    if spec.closed:  # the run ends after the first event at or after the horizon
+        rho = jnp.minimum(rho, st.horizon)
     late = cand & (start >= rho)
     c_star = jnp.where(late, start, BIG).min()
     g_star = jnp.where(late & (start == c_star), ids, d_).min()
     before_rho = (start < c_star) | ((start == c_star) & (ids <= g_star))
     go = cand & (start < horizon) & (start < t_adm) & before_rho  # [D]
+    if spec.closed:  # an admission at or after the horizon was the last event
+        go = go & (s.clock < st.horizon)
     batch = batch0 & go[gpu]
     # dispatcher (§3.2): attention -> the K routed experts; expert -> the request's rank
-    experts = routing.choose_experts(jnp, st.seed, s.req, s.done, s.block, cs.cdf, k_)
+    # optimization barriers: XLA would otherwise recompute these expressions (the routing
+    # hash above all) inside every fusion that consumes them
+    experts = _once(routing.choose_experts(jnp, st.seed, s.req, s.done, s.block, cs.cdf, k_))
     att_row = batch[:, 0] & is_att[gpu[:, 0]]  # [C]
     exp_mv = batch & ~is_att[gpu]  # [C, K]
     att_mv = jnp.broadcast_to(att_row[:, None], s.unit.shape)
     mv = att_mv | exp_mv
     src = jnp.where(att_mv, gpu[:, :1], gpu)
-    dst = jnp.where(att_mv, cs.exp_gpu[experts], cs.att_gpu[s.rank][:, None])
+    dst = _once(jnp.where(att_mv, cs.exp_gpu[experts], cs.att_gpu[s.rank][:, None]))
     cnt = jnp.zeros((d_, d_), I32).at[src, dst].add(mv.astype(I32))
     xfer = _ticks(cs.lat[src, dst] + _mul(cnt[src, dst].astype(F32), cs.ptok[src, dst], cs.zero))
-    arrive = jnp.where(mv, end[src] + xfer, 0)
+    arrive = _once(jnp.where(mv, end[src] + xfer, 0))
     sstate = jnp.where(att_mv, 1, jnp.where(exp_mv, 2, s.sstate))
     unit = jnp.where(att_mv, a_ + experts, s.unit)
     ready = jnp.where(mv, arrive, s.ready)
     phase = jnp.where(att_row, 1, s.phase)
     gi = go.astype(I32)
     # token pool (§3.2 Top-K support): merge once all K expert outputs arrived
-    merge = (phase == 1) & (sstate == 2).all(1)
-    t_m = ready.max(1)
+    merge, t_m = _once(((phase == 1) & (sstate == 2).all(1), ready.max(1)))
     emit = merge & (s.block == nb - 1)
     has_itl = emit & (t_m >= cs.w0) & (t_m < cs.w1) & (s.done > 0) & (s.last > 0)
     itl = t_m - s.last
@@ -420,7 +444,8 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
         gpu_free=jnp.where(go, end, s.gpu_free), busy=s.busy + gi * dur,
         execs=s.execs + gi, ntok=s.ntok + gi * n,
         first=jnp.where(emit & (s.done == 0), t_m, s.first),
-        clock=jnp.where(go, start, 0).max(), events=s.events + gi.sum(),
+        clock=jnp.maximum(s.clock, jnp.where(go, start, 0).max()),
+        events=s.events + gi.sum(),
         rounds=s.rounds + 1, finished=s.finished + fin.sum(),
         itl_sum=s.itl_sum + jnp.where(has_itl, itl, 0).sum(),
         itl_n=s.itl_n + has_itl.sum(), tok_bins=tok_bins, itl_hist=itl_hist,
@@ -434,12 +459,41 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
             done_bins=s.done_bins.at[sb].add(fin.astype(I32)),
             qdepth=s.qdepth.at[qb].add(jnp.where(sample, q[:, 0], 0).astype(F32)),
             qdepth_n=s.qdepth_n.at[qb].add(sample.astype(I32)))
+    if spec.closed:  # each completion submits the next request at once (core's order)
+        new = _resubmit(spec, s, new, fin & st.closed, t_m, go, start, gpu, exp_mv)
     # a deadlock (nothing to launch, nobody fits) or a full slot table stops the stream
     stuck = ~cand.any() | new.overflow
     over = new.events >= st.max_events
-    new = new.replace(stop=(new.finished >= st.n_req) | over | stuck)
-    return jax.tree_util.tree_map(lambda x, y: jnp.where(stuck, x, y),
-                                  s.replace(stop=True, overflow=new.overflow), new)
+    end_ = new.finished >= new.n_req
+    if spec.closed:
+        end_ = jnp.where(st.closed, new.clock >= st.horizon, end_)
+    # stuck: nothing launched this round (no candidate), or overflow (`unpack` raises)
+    return new.replace(stop=end_ | over | stuck)
+
+
+def _resubmit(spec: Spec, s: State, new: State, fin, t_m, go, start, gpu, exp_mv) -> State:
+    """Closed loop: number the round's completions as the core does and append them.
+
+    The core resubmits after each launch, in launch order (start, GPU id), the requests
+    that launch completed, by request id. A request completes at the launch, in that
+    order, of the last of its expert outputs sent this round.
+    """
+    d_, r_ = spec.num_devices, spec.requests
+    ids = jnp.arange(d_, dtype=I32)
+    # rank of each launching GPU in (start, id) order
+    before = go[None, :] & ((start[None, :] < start[:, None])
+                            | ((start[None, :] == start[:, None]) & (ids[None, :] < ids[:, None])))
+    order = before.sum(1, dtype=I32)  # [D]
+    row = jnp.where(exp_mv, order[gpu], -1).max(1)  # [C]
+    key = jnp.where(fin, row, d_)
+    _, _, idx = jax.lax.sort((key, jnp.where(fin, s.req, 0), jnp.arange(spec.slots, dtype=I32)),
+                             num_keys=2)
+    nfin = fin.sum(dtype=I32)
+    j = jnp.arange(spec.slots, dtype=I32)
+    tgt = jnp.where((j < nfin) & (new.n_req + j < r_), new.n_req + j, r_)
+    arr = new.arr.at[tgt].set(t_m[idx], mode="drop")
+    return new.replace(arr=arr, n_req=jnp.minimum(new.n_req + nfin, r_),
+                       exhausted=new.exhausted | (new.n_req + nfin > r_))
 
 
 def outputs(spec: Spec, s: State):
@@ -495,30 +549,37 @@ def prepare(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
             sched, nb_, k_, a_, d_, gpu_of_unit, att_gpu, exp_gpu, kvcap,
             cost, lat, ptok, cdf, seed, decay, lookahead, max_events, init_block, init_done,
             w0, w1, bin_ticks, itl_edges, tok_bins, itl_hist, conc_cap, *,
-            sched_per_stream: bool = False):
-    """(Spec, Consts, Stream) of one `core.simulate` call (open loop; see `simulate`)."""
-    del horizon, new_inp, new_outl
-    if int(closed) > 0:
-        raise ConfigError("closed = N: the rounds path runs open-loop streams only "
-                          "(use core.simulate for the closed loop)")
-    if len(init_block) or len(init_done):
-        raise ConfigError("init_block / init_done: the rounds path starts requests at block 0")
+            sched_per_stream: bool = False, requests: int = 0, slots: int = 0,
+            closed_spec: bool | None = None):
+    """(Spec, Consts, Stream) of one `core.simulate` call (see `simulate`).
+
+    Shapes for one compilation over several calls: `requests` / `slots` raise R / C (the
+    streams are padded), `closed_spec` compiles the closed loop in for open streams too,
+    `sched_per_stream` takes the scheduler per stream.
+    """
     if len(itl_hist) != len(itl_edges) + 1:
         raise ConfigError("itl_hist: needs len(itl_edges) + 1 bins")
     n = int(n_req0)
-    r = max(int(len(arrival)), 1)
+    r = max(int(len(arrival)), 1, int(requests))
     arr = np.zeros(r, np.int64)
     arr[:len(arrival)] = np.asarray(arrival, np.int64)
     if n and arr[:n].max() >= BIG:
         raise ConfigError(f"arrival: ticks up to {BIG} (int32 µs); got {arr[:n].max()}")
+    closed = int(closed) > 0
+    if closed:  # requests past the first n_req0 take new_inp / new_outl (core.simulate)
+        inp = np.concatenate([np.asarray(inp)[:n], np.asarray(new_inp)[n:]])
+        outl = np.concatenate([np.asarray(outl)[:n], np.asarray(new_outl)[n:]])
     cs = consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, np.asarray(cost, np.float32), lat,
                 ptok, cdf, w0, w1, bin_ticks, np.asarray(itl_edges, np.int64))
     spec = Spec(num_blocks=int(nb_), top_k=int(k_), num_ranks=int(a_),
                 num_devices=int(d_), num_units=len(gpu_of_unit),
-                slots=max(1, min(int(conc_cap), max(n, 1))), requests=r,
+                slots=max(1, min(int(conc_cap), max(n, 1)), int(slots)), requests=r,
                 sched=-1 if sched_per_stream else int(sched), lookahead=int(lookahead),
                 tok_bins=len(tok_bins), itl_bins=len(itl_hist),
-                itl_span=len(cs.itl_edges) - len(itl_hist))
+                itl_span=len(cs.itl_edges) - len(itl_hist),
+                closed=closed if closed_spec is None else bool(closed_spec))
+    if closed and not spec.closed:
+        raise ConfigError("closed = N: needs closed_spec (a closed-loop compilation)")
 
     def pad(x):
         out = np.zeros(r, np.int32)
@@ -527,7 +588,10 @@ def prepare(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
 
     st = Stream(arrival=pad(arr), inp=pad(inp), outl=pad(outl), n_req=np.int32(n),
                 seed=np.uint32(seed), decay=np.float32(decay), sched=np.int32(sched),
-                max_events=np.int32(min(int(max_events), BIG)))
+                max_events=np.int32(min(int(max_events), BIG)),
+                closed=np.bool_(closed),
+                horizon=np.int32(min(int(horizon), BIG) if closed else BIG),
+                blk0=pad(init_block), done0=pad(init_done))
     return spec, cs, st
 
 
@@ -535,7 +599,7 @@ def unpack(spec: Spec, s: State, st: Stream, tok_bins=None, itl_hist=None):
     """`core.simulate`'s result tuple from a final State (int64, core.BIG for never)."""
     from moejax.systems.amoe import core
 
-    n = int(st.n_req)
+    n = int(s.n_req)
     complete, first, last, done = (np.asarray(x) for x in outputs(spec, s))
     s = jax.tree_util.tree_map(np.asarray, s)
     if s.overflow:
@@ -550,13 +614,13 @@ def unpack(spec: Spec, s: State, st: Stream, tok_bins=None, itl_hist=None):
         return np.where(x >= BIG, core.BIG, x) if big else x
 
     return (i64(complete, True), i64(first), i64(last), i64(done), i64(s.o_rank),
-            i64(s.o_admitted, True), i64(st.arrival), i64(st.outl), s.busy.astype(np.int64),
+            i64(s.o_admitted, True), i64(s.arr), i64(st.outl), s.busy.astype(np.int64),
             s.execs.astype(np.int64), s.ntok.astype(np.int64), int(s.events),
-            int(s.clock), n, int(s.itl_sum), int(s.itl_n), 0)
+            int(s.clock), n, int(s.itl_sum), int(s.itl_n), int(s.exhausted))
 
 
 def simulate(*args, jit: bool = True):
-    """`core.simulate`'s inputs and outputs (open loop), run in rounds on the JAX backend.
+    """`core.simulate`'s inputs and outputs (open or closed loop), in rounds on JAX.
 
     `conc_cap` (the last argument) sizes the request slots (C). Ticks go through int32
     (BIG_TICK = never): arrivals past 2^31 - 1 µs (35 min) are refused. Returns core's
@@ -599,7 +663,10 @@ def from_aep(cfg, streams, keys, decay, *, slots: int | None = None):
     st = Stream(arrival=arrival, inp=np.asarray(streams.input_len, np.int32),
                 outl=np.asarray(streams.output_len, np.int32), n_req=n_req, seed=seeds,
                 decay=np.broadcast_to(np.asarray(decay, np.float32), (t_,)).copy(),
-                sched=np.full(t_, sched, np.int32), max_events=np.full(t_, BIG, np.int32))
+                sched=np.full(t_, sched, np.int32), max_events=np.full(t_, BIG, np.int32),
+                closed=np.zeros(t_, bool), horizon=np.full(t_, BIG, np.int32),
+                blk0=np.zeros((t_, r_), np.int32),
+                done0=np.zeros((t_, r_), np.int32))
     return spec, cs, st
 
 

@@ -23,28 +23,32 @@ from moejax.systems.amoe.config import TICK_S
 from moejax.trace.core import RequestStream
 
 
-@functools.lru_cache(maxsize=16)
-def _loop(cfg: sync.SyncConfig, iters: int, workload):
+@functools.lru_cache(maxsize=64)
+def _loop(cfg: sync.SyncConfig, iters: int):
+    """(system, run): one compilation per configuration and N, shared by every workload
+    (the replacement lengths' bounds are runtime arguments)."""
     system = sync.build(cfg)
-    (ilo, ihi), (olo, ohi) = workload
     n = cfg.num_requests
 
-    def body(s, key):
+    def body(carry, key):
+        s, (ilo, ihi, olo, ohi) = carry
         new, _ = system.step(sync.SyncParams(), s, jnp.int32(0))
         fin = new.phase == 2
         ki, ko = jax.random.split(key)
-        inp = jax.random.randint(ki, (n,), ilo, ihi + 1, jnp.int32)
-        out = jax.random.randint(ko, (n,), olo, ohi + 1, jnp.int32)
+        inp = jax.random.randint(ki, (n,), ilo, ihi, jnp.int32)
+        out = jax.random.randint(ko, (n,), olo, ohi, jnp.int32)
         new = new.replace(phase=jnp.where(fin, 0, new.phase),
                           tokens_done=jnp.where(fin, 0, new.tokens_done),
                           input_len=jnp.where(fin, inp, new.input_len),
                           output_len=jnp.where(fin, out, new.output_len),
                           complete=jnp.where(fin, sync.BIG_TICK, new.complete))
-        return new, (new.clock - s.clock, fin.sum(), new.busy_s.sum(), new.stall_s.sum())
+        obs = (new.clock - s.clock, fin.sum(), new.busy_s.sum(), new.stall_s.sum())
+        return (new, (ilo, ihi, olo, ohi)), obs
 
     @jax.jit
-    def run(s, key):
-        return jax.lax.scan(body, s, jax.random.split(key, iters))
+    def run(s, key, bounds):
+        (s, _), out = jax.lax.scan(body, (s, bounds), jax.random.split(key, iters))
+        return s, out
 
     return system, run
 
@@ -69,13 +73,14 @@ def run_closed(cfg: sync.SyncConfig, iterations: int = 40, warmup: int = 10, see
         raise ConfigError(f"concurrency = {n}: exceeds the KV-cache capacity of "
                           f"{cfg.kv_capacity_tokens} tokens per rank")
     done = (rng.random(n) * outl).astype(np.int64) if spread else np.zeros(n, np.int64)
-    system, run = _loop(cfg, int(iterations), tuple(map(tuple, workload)))
+    system, run = _loop(cfg, int(iterations))
     st = RequestStream(arrival_s=jnp.zeros(n), input_len=jnp.asarray(inp, jnp.int32),
                        output_len=jnp.asarray(outl, jnp.int32), mask=jnp.ones(n, bool))
     s = system.init(sync.SyncParams(), st, jax.random.key(seed))
     s = s.replace(rank=jnp.asarray(rank, jnp.int32), phase=jnp.zeros(n, jnp.int32),
                   tokens_done=jnp.asarray(done, jnp.int32), next_req=jnp.int32(n))
-    _, (dur, fin, busy, stall) = run(s, jax.random.key(seed + 1))
+    bounds = tuple(jnp.int32(x) for x in (ilo, ihi + 1, olo, ohi + 1))
+    _, (dur, fin, busy, stall) = run(s, jax.random.key(seed + 1), bounds)
     dur, busy, stall = (np.asarray(x, np.float64) for x in (dur, busy, stall))
     w = slice(warmup, None)
     d_busy = busy[-1] - busy[warmup - 1] if warmup else busy[-1]
