@@ -61,18 +61,23 @@ _NOT_COMPARED = ("chunk", "chunk_given", "columns")
 ROUND_TRACES = 8192
 
 
+def _prepare(system, traces, key):
+    """What both iterators share: the batch size, `engine.simulate`'s per-trace keys, the
+    compiled call, the local devices, and the traces (host arrays unless made per chunk)."""
+    n = engine.batch_size(traces)
+    key = jax.random.key(0) if key is None else key
+    key_data, impl = key_data_of(key, n)
+    lazy = isinstance(traces, ChunkedTraces)
+    if not lazy:
+        traces = jax.tree_util.tree_map(np.asarray, traces)
+    return n, key_data, engine._compiled(system, False, impl), jax.local_devices(), traces, lazy
+
+
 def iter_chunks(system, params, traces, key, chunk: int, start: int = 0):
     """Yield (lo, hi, metrics) for each chunk of `chunk` traces from trace `start` (a chunk
     boundary), with `engine.simulate`'s keys and chunk shapes. One chunk is dispatched
     ahead of the one yielded, so the host work on a chunk's results overlaps the next call."""
-    n = engine.batch_size(traces)
-    key = jax.random.key(0) if key is None else key
-    key_data, impl = key_data_of(key, n)
-    fn = engine._compiled(system, False, impl)
-    devices = jax.local_devices()
-    lazy = isinstance(traces, ChunkedTraces)
-    if not lazy:
-        traces = jax.tree_util.tree_map(np.asarray, traces)
+    n, key_data, fn, devices, traces, lazy = _prepare(system, traces, key)
 
     def call(s):
         e = min(s + chunk, n)
@@ -98,14 +103,7 @@ def iter_rounds(system, params, traces, key, chunk: int, start: int = 0,
     simulates the p-th run of G of them, pads its rows to G * chunk and the rows are
     all-gathered (one `process_allgather` a round). A process with no chunk in the last
     round simulates the run's first chunk from `start` and sends padding only."""
-    n = engine.batch_size(traces)
-    key = jax.random.key(0) if key is None else key
-    key_data, impl = key_data_of(key, n)
-    fn = engine._compiled(system, False, impl)
-    devices = jax.local_devices()
-    lazy = isinstance(traces, ChunkedTraces)
-    if not lazy:
-        traces = jax.tree_util.tree_map(np.asarray, traces)
+    n, key_data, fn, devices, traces, lazy = _prepare(system, traces, key)
     count, rank = jax.process_count(), jax.process_index()
     per = max(1, int(round_traces or ROUND_TRACES) // chunk)  # chunks per process per round
     span = per * chunk
