@@ -44,6 +44,24 @@ def make_platform(kind="mesh2d", **topo):
     return parse_platform(data, "test.toml", f"test-{kind}")
 
 
+def interrupt_at_second_part(monkeypatch):
+    """Make `moejax.stream` raise KeyboardInterrupt (Ctrl-C) when it encodes its 2nd Parquet
+    part: a streamed run is cut after one whole part is written. Returns the real encoder,
+    to put back for a resume."""
+    from moejax import stream
+
+    real, calls = stream._parquet_bytes, []
+
+    def ctrl_c_on_second_part(cols):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(cols)
+
+    monkeypatch.setattr(stream, "_parquet_bytes", ctrl_c_on_second_part)
+    return real
+
+
 def make_model(num_experts=16, top_k=2, shared=0, **kw):
     args = dict(
         name="tiny", source="test", hidden_size=256, expert_ffn_size=128,

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import interrupt_at_second_part
 
 from moejax import distributed, stream
 from moejax.cli import main
@@ -64,15 +65,7 @@ def two(tmp_path_factory):
     d = tmp_path_factory.mktemp("two")
     with pytest.MonkeyPatch.context() as mp:
         _small_parts(mp)
-        real, calls = stream._parquet_bytes, []
-
-        def ctrl_c_on_second_part(cols):
-            calls.append(1)
-            if len(calls) == 2:
-                raise KeyboardInterrupt
-            return real(cols)
-
-        mp.setattr(stream, "_parquet_bytes", ctrl_c_on_second_part)
+        interrupt_at_second_part(mp)
         assert main([*STREAM, "--out", str(d / "cut")]) == 130
     shutil.copytree(d / "cut", d / "cut_before")
     flags = ["--coordinator", f"127.0.0.1:{_free_port()}", "--num-processes", "2",

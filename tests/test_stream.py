@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import make_model, make_platform
+from conftest import interrupt_at_second_part, make_model, make_platform
 
 from moejax import engine, stream
 from moejax.cli import main
@@ -95,15 +95,7 @@ def test_interrupted_run_keeps_whole_parts_and_resume_equals_uninterrupted(
     monkeypatch.setattr(stream, "PART_ROWS", 16)
     full, cut = tmp_path / "full", tmp_path / "cut"
     sums_full, _, _ = _run(setup, full)
-    real, calls = stream._parquet_bytes, []
-
-    def ctrl_c_on_second_part(cols):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(cols)
-
-    monkeypatch.setattr(stream, "_parquet_bytes", ctrl_c_on_second_part)
+    real = interrupt_at_second_part(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         _run(setup, cut)
     files = sorted(p.name for p in cut.rglob("*"))
