@@ -36,7 +36,6 @@ from moejax.models import load_model, with_overrides
 from moejax.systems import ep, fsedp
 from moejax.systems.wafer import system as ws
 from moejax.trace import from_counts, gen
-from moejax.trace.chunked import ChunkedTraces
 
 DISTINCT = 1024
 
@@ -49,17 +48,11 @@ def tile(tr, n):
     return jax.tree_util.tree_map(one, tr)
 
 
-def resident(tr, n):
-    """The batch put on the default device once, served chunk by chunk from there by a
-    dynamic slice (one compile for every offset): what the engine sees when the traces are
-    generated on the device, without the host-to-device copy of each chunk."""
-    dev = jax.device_put(tr)
-    take = jax.jit(lambda x, a, m: jax.lax.dynamic_slice_in_dim(x, a, m), static_argnums=2)
-    i, l_, t, k = dev.expert_ids.shape[1:5]
-    return ChunkedTraces(num_traces=n, num_experts=dev.num_experts, top_k=k, num_iterations=i,
-                         num_layers=l_, num_tokens=t,
-                         make=lambda a, b: jax.tree_util.tree_map(lambda x: take(x, a, b - a),
-                                                                  dev))
+def resident(tr):
+    """The batch put on the default device once: `engine.simulate` then slices each chunk
+    there (`engine._take`) instead of copying it from the host, as when the traces are
+    generated on the device."""
+    return jax.device_put(tr)
 
 
 def routed(model, n):
@@ -118,10 +111,9 @@ def main():
             tr = make(n)
             chunk = min(n, args.chunk or engine.default_chunk(tr))
             if args.resident:
-                tr = resident(tr, n)
+                tr = resident(tr)
             t0 = time.perf_counter()  # compile: one call on one chunk
-            first = tr.chunk(0, chunk) if args.resident else tile(tr, chunk)
-            jax.block_until_ready(engine.simulate(system, params, first,
+            jax.block_until_ready(engine.simulate(system, params, tile(tr, chunk),
                                                   chunk_size=chunk, progress=False))
             comp = time.perf_counter() - t0
             best, cpu = float("inf"), float("inf")

@@ -149,7 +149,8 @@ def simulate(
     starts = range(0, n, chunk)
     lazy = isinstance(traces, ChunkedTraces)
     resident = not lazy and len(starts) > 1 and _on_accelerator(traces)
-    if len(starts) > 1:  # slice on host: a jax slice per new offset would compile each time
+    if len(starts) > 1:  # slice on host (x[s:e] on a jax array compiles per offset), or with
+        # `_take` on the accelerator a resident batch lives on
         if not lazy and not resident:
             traces = jax.tree_util.tree_map(np.asarray, traces)
         key_data = np.asarray(key_data)
