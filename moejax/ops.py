@@ -56,8 +56,14 @@ def bincount(keys: jax.Array, weights: jax.Array, length: int) -> jax.Array:
     keys = jnp.asarray(keys)
     weights = jnp.asarray(weights)
     if weights.dtype == jnp.bool_:
-        weights = weights.astype(jnp.int16 if keys.size < 2**15 else jnp.int32)
+        weights = weights.astype(jnp.int16 if keys.size < 2**15 and _narrow_counts()
+                                 else jnp.int32)
     elif jnp.issubdtype(weights.dtype, jnp.integer):
         weights = weights.astype(jnp.int32)
     weights = jnp.broadcast_to(weights, keys.shape)
     return _bincount(int(length))(keys.ravel(), weights.ravel())
+
+
+def _narrow_counts() -> bool:
+    """int16 counts only on CPU: GPUs have no 16-bit atomic add (XLA emulates it)."""
+    return jax.default_backend() == "cpu"

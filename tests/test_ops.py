@@ -54,3 +54,12 @@ def test_mask_weights_give_exact_integer_counts(data):
     out = bincount(big, np.ones(2**15, bool), 3)
     assert out.dtype == np.int32 and out[0] == 2**15
     assert bincount(keys[0, 0], (keys[0, 0] > 5).astype(np.int8), 17).dtype == np.int32
+
+
+def test_mask_counts_are_int32_off_cpu(data, monkeypatch):
+    """A GPU has no 16-bit atomic add: int16 counts made EP 9.6x slower on an H100."""
+    keys, weights, _ = data
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    got = bincount(keys[0, 0], weights[0, 0] > 0.5, 17)  # traced here: dtype only
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, _loop(keys[0, 0], (weights[0, 0] > 0.5) * 1.0, 17))
