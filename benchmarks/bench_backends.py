@@ -10,7 +10,8 @@ first (the compile is timed and printed apart), then timed `--repeat` times: the
 repeat is kept, in wall time after `block_until_ready`, with the CPU time of the process
 (`time.process_time`, every thread) of that repeat beside it: on a shared CPU machine the
 CPU-time rate is the one that does not follow other jobs' load. The chunk size is the engine's
-default for the backend (512 traces on CPU, 16,384 on an accelerator) unless `--chunk`.
+default for the backend (512 traces on CPU; on an accelerator 8,192, or the system's own
+`accelerator_chunk`) unless `--chunk` (a comma list compares several).
 
 Workloads (those of bench_ep / bench_fsedp / bench_wafer): qwen3-30b-a3b, 256 tokens, one MoE
 layer on chiplet-2x2 for EP and FSE-DP (A2, the `fsedp` policy); qwen3-235b-a22b on wsc-8x8
@@ -73,6 +74,16 @@ def counts_only(model, groups, n):
     return tile(jax.tree_util.tree_map(lambda x: x[:, None], tr), n)
 
 
+def peak_header() -> str:
+    return f" {'peak GB':>8}" if peak() else ""
+
+
+def peak() -> str:
+    """The device's peak memory in use so far (accelerators report it; CPU does not)."""
+    stats = jax.devices()[0].memory_stats() or {}
+    return f" {stats['peak_bytes_in_use'] / 1e9:>8.2f}" if "peak_bytes_in_use" in stats else ""
+
+
 def systems(names):
     q3 = load_model("qwen3-30b-a3b")
     chip = load_platform("chiplet-2x2")
@@ -95,7 +106,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--systems", default="ep,fsedp,wafer", help="comma list of ep,fsedp,wafer")
     ap.add_argument("--sizes", default="1,1024,65536")
-    ap.add_argument("--chunk", type=int, default=0, help="traces per compiled call (0: default)")
+    ap.add_argument("--chunk", default="0",
+                    help="traces per compiled call, or a comma list to compare (0: default)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--resident", action="store_true",
                     help="traces live on the device (no host-to-device copy per chunk)")
@@ -104,12 +116,13 @@ def main():
     backend = _device.select(args.device)
     sizes = [int(s) for s in args.sizes.split(",")]
     names = set(args.systems.split(","))
+    chunks = [int(c) for c in args.chunk.split(",")]
     print(f"{'system':<7} {'traces':>7} {'chunk':>6} {'compile s':>10} {'best s':>9} "
-          f"{'traces/s':>12} {'CPU-s':>8} {'per CPU-s':>12}")
+          f"{'traces/s':>12} {'CPU-s':>8} {'per CPU-s':>12}{peak_header()}")
     for name, system, params, make in systems(names):
-        for n in sizes:
+        for n, given in ((n, c) for n in sizes for c in chunks):
             tr = make(n)
-            chunk = min(n, args.chunk or engine.default_chunk(tr))
+            chunk = min(n, given or engine.default_chunk(tr, system))
             if args.resident:
                 tr = resident(tr)
             t0 = time.perf_counter()  # compile: one call on one chunk
@@ -124,7 +137,7 @@ def main():
                 best = min(best, time.perf_counter() - t0)
                 cpu = min(cpu, time.process_time() - c0)
             print(f"{name:<7} {n:>7} {chunk:>6} {comp:>10.2f} {best:>9.4f} {n / best:>12.1f} "
-                  f"{cpu:>8.3f} {n / cpu:>12.1f}", flush=True)
+                  f"{cpu:>8.3f} {n / cpu:>12.1f}{peak()}", flush=True)
     print(f"backend {backend}: done")
 
 

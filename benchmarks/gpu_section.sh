@@ -19,6 +19,8 @@ timeout "${T_BACKENDS:-300}" $py benchmarks/bench_backends.py --device gpu \
 # the same at 64k with the traces already on the GPU (no host-to-device copy per chunk)
 timeout "${T_BACKENDS:-300}" $py benchmarks/bench_backends.py --device gpu --resident \
     --sizes 65536 2>&1 | tee "$out/backends_gpu_resident.txt"
+# the dispatch histogram's counts: int16 (CPU's choice) vs int32 on the GPU, and the EP call
+timeout "${T_BINCOUNT:-120}" $py benchmarks/bench_bincount.py --device gpu 2>&1 | tee "$out/bincount_gpu.txt"
 for b in ${AMOE_BATCHES:-1024 65536}; do
   timeout "${T_AMOE:-90}" $py benchmarks/bench_amoe.py --rounds --device gpu --requests 200 \
       --batch "$b" --chunk-rounds 200 --events 1024 2>&1 | tee "$out/amoe_gpu_$b.txt"

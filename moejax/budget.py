@@ -140,7 +140,7 @@ def check(system, params, traces, chunk_size: int | None) -> int:
     from moejax.engine import batch_size, default_chunk
 
     n = batch_size(traces)
-    chunk = min(n, chunk_size or default_chunk(traces))
+    chunk = min(n, chunk_size or default_chunk(traces, system))
     trace_bytes, scratch_bytes = trace_bytes_per_trace(traces)
     metric_bytes, metric_scalars = (metric_bytes_per_trace(system, params, traces)
                                     if n > chunk else (0, 0))

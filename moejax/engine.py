@@ -24,9 +24,10 @@ PyTree = Any
 # Traces per compiled call. On CPU, batches much larger than 512 fall out of cache (a 4096
 # batch ran 2-4x slower per trace than 512 batches in benchmarks/bench_ep.py); an
 # accelerator wants large batches to fill its cores, up to a point: on an H200 (jax 0.11.2,
-# 2026-11-26, benchmarks/gpu_section.sh) EP and FSE-DP ran as fast at 8192 traces per call as
-# at 16384, while the wafer layer's compile took 7 s at 4096, 20 s at 8192 and over 4
-# minutes at 16384 (one XLA reduce fusion; docs/performance.md, "GPU").
+# 2026-11-26, benchmarks/gpu_section.sh) FSE-DP ran as fast at 8192 traces per call as at
+# 16384. A system whose best size differs says so in `System.accelerator_chunk` (EP 65,536:
+# little work per trace; the wafer layer 4,096: XLA's compile time; docs/performance.md,
+# "Running on an accelerator").
 DEFAULT_CHUNK = {"cpu": 512}
 DEFAULT_CHUNK_ACCELERATOR = 8192
 # ... and at most about this many bytes of trace per call on CPU: a call's scratch grows with
@@ -36,11 +37,14 @@ DEFAULT_CHUNK_ACCELERATOR = 8192
 CPU_CHUNK_BYTES = 16 * 2**20
 
 
-def default_chunk(traces: PyTree | None = None) -> int:
-    """Traces per compiled call for the default backend (see `DEFAULT_CHUNK`); on CPU, given
-    the traces, no more than the power of two nearest `CPU_CHUNK_BYTES` of them."""
+def default_chunk(traces: PyTree | None = None, system: System | None = None) -> int:
+    """Traces per compiled call for the default backend (see `DEFAULT_CHUNK`, or the system's
+    own `accelerator_chunk` on an accelerator); on CPU, given the traces, no more than the
+    power of two nearest `CPU_CHUNK_BYTES` of them."""
     backend = jax.default_backend()
     chunk = DEFAULT_CHUNK.get(backend, DEFAULT_CHUNK_ACCELERATOR)
+    if backend != "cpu" and system is not None and system.accelerator_chunk:
+        chunk = system.accelerator_chunk
     if traces is None or backend != "cpu":
         return chunk
     if isinstance(traces, ChunkedTraces):  # generation scratch is freed before the call runs
@@ -72,6 +76,9 @@ class System:
     finish: Callable[[PyTree, PyTree, PyTree], PyTree]
     num_steps: int
     is_done: Callable[[PyTree], jax.Array] | None = None
+    # Traces per compiled call on an accelerator where `DEFAULT_CHUNK_ACCELERATOR` does not
+    # suit the system (None: the default); the user's `chunk_size` still wins.
+    accelerator_chunk: int | None = None
 
 
 def run_one(system: System, params: PyTree, trace: PyTree, key: jax.Array) -> PyTree:
@@ -141,7 +148,7 @@ def simulate(
         key = jax.random.wrap_key_data(key)  # a legacy uint32 PRNGKey
     keys = jax.random.split(key, n)
     key_data = jax.random.key_data(keys)
-    chunk = min(n, chunk_size or default_chunk(traces))
+    chunk = min(n, chunk_size or default_chunk(traces, system))
     part = distributed.partition(n, chunk)  # several processes: this one's whole chunks
     if part is not None:
         traces, key_data, n = part.take(traces), part.take(key_data), part.rows

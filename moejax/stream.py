@@ -336,7 +336,7 @@ def simulate_streamed(args, setup, traces, key, source: str) -> int:
     system, params = entry.from_policy(setup.platform, m, setup.policy.options_table(),
                                        traces.num_iterations)
     n = engine.batch_size(traces)
-    chunk = min(n, args.chunk or engine.default_chunk(traces))
+    chunk = min(n, args.chunk or engine.default_chunk(traces, system))
     tb, scratch = budget.trace_bytes_per_trace(traces)
     chunk = budget.plan_chunk(n, chunk, trace_bytes=tb, scratch_bytes=scratch, metric_bytes=0,
                               metric_scalars=0, chunk_given=args.chunk is not None)

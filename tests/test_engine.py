@@ -64,6 +64,20 @@ def test_default_chunk_caps_trace_bytes_per_call_on_cpu():
     assert engine.default_chunk(huge) == 1
 
 
+def test_a_system_sets_its_own_accelerator_chunk(monkeypatch):
+    """On an accelerator a system's `accelerator_chunk` replaces the engine's default (EP:
+    larger calls; the wafer layer: smaller, for XLA's compile time); CPU ignores it."""
+    def system(chunk):
+        return engine.System("s", None, None, None, 1, accelerator_chunk=chunk)
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    assert engine.default_chunk(None, system(65536)) == engine.DEFAULT_CHUNK["cpu"]
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert engine.default_chunk(None, system(None)) == engine.DEFAULT_CHUNK_ACCELERATOR
+    assert engine.default_chunk(None, system(65536)) == 65536
+    assert engine.default_chunk({"ids": np.zeros((2, 8))}, system(4096)) == 4096
+
+
 def test_resident_batch_is_sliced_on_its_device_with_the_same_results(monkeypatch):
     """A batch already on an accelerator is sliced there (one compiled slice for every
     offset, a short last chunk included), with the results of host slicing. CPU stands in

@@ -30,6 +30,11 @@ from moejax.physics.roofline import compute_time_s, memory_time_s
 from moejax.trace import Trace
 
 ATTENTION_MODES = ("dp", "tp")
+# Traces per compiled call on an accelerator (`engine.System.accelerator_chunk`): an EP layer
+# is little work per trace, so calls of the engine's default 8,192 traces are mostly launch
+# latency: 64k resident traces on an H100 ran 10.2 M traces/s in calls of 8,192 and 22.7 M/s
+# in one call of 65,536 (docs/performance.md "Running on an accelerator").
+ACCELERATOR_CHUNK = 65536
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -363,7 +368,8 @@ def build(cfg: EPConfig, num_iterations: int) -> System:
             "layer_latency_per_iter_s": outs,
         }
 
-    return System(name="ep", init=init, step=step, finish=finish, num_steps=num_iterations)
+    return System(name="ep", init=init, step=step, finish=finish, num_steps=num_iterations,
+                  accelerator_chunk=ACCELERATOR_CHUNK)
 
 
 # --- policy options ------------------------------------------------------------------------

@@ -94,6 +94,11 @@ class WaferConfig:
 
 
 NETWORKS = ("link_load", "eq1")
+# Traces per compiled call on an accelerator (`engine.System.accelerator_chunk`): XLA's GPU
+# compile of this layer's largest reduce fusion grows steeply with the batch (Eq. 1 network,
+# wsc-8x8, TP 4: 7-9 s at 4,096 traces, 20-25 s at 8,192 on an H200 and over 2.5 minutes on
+# an H100, over 4 minutes at 16,384; docs/performance.md "Running on an accelerator").
+ACCELERATOR_CHUNK = 4096
 
 
 def make_config(platform: Platform, model: ModelSpec, *, mapping: str = "baseline",
@@ -1025,7 +1030,8 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         res["per_iteration"] = outs
         return res
 
-    return System(name="wafer", init=init, step=step, finish=finish, num_steps=num_iterations)
+    return System(name="wafer", init=init, step=step, finish=finish, num_steps=num_iterations,
+                  accelerator_chunk=ACCELERATOR_CHUNK)
 
 
 # --- policy options ------------------------------------------------------------------------
