@@ -154,33 +154,44 @@ def simulate(
         traces, key_data, n = part.take(traces), part.take(key_data), part.rows
     fn = _compiled(system, sweep, str(jax.random.key_impl(keys)))
     starts = range(0, n, chunk)
-    lazy = isinstance(traces, ChunkedTraces)
-    resident = not lazy and len(starts) > 1 and _on_accelerator(traces)
-    if len(starts) > 1:  # slice on host (x[s:e] on a jax array compiles per offset), or with
-        # `_take` on the accelerator a resident batch lives on
-        if not lazy and not resident:
-            traces = jax.tree_util.tree_map(np.asarray, traces)
-        key_data = np.asarray(key_data)
-    devices = jax.local_devices()
+    read = chunk_reader(traces, key_data, several=len(starts) > 1)
     show = progress if progress is not None else len(starts) > 8
     results = []
     with _progress(show, len(starts), system.name) as advance:
         for s in starts:
-            if lazy:  # made here, dropped after the call
-                args = (traces.chunk(s, min(s + chunk, n)), key_data[s : s + chunk])
-            elif len(starts) == 1:  # the whole batch: no slicing (a dispatch per leaf)
-                args = (traces, key_data)
-            elif resident:  # stays on the accelerator: one compiled slice for every offset
-                m = min(chunk, n - s)
-                args = (jax.tree_util.tree_map(lambda x, s=s, m=m: _take(x, s, m), traces),
-                        key_data[s : s + chunk])
-            else:
-                args = (jax.tree_util.tree_map(lambda x, s=s: x[s : s + chunk], traces),
-                        key_data[s : s + chunk])
-            results.append(fn(params, *_shard(*args, devices)))
+            results.append(fn(params, *read(s, min(s + chunk, n))))
             advance()
     out = results[0] if len(results) == 1 else _concatenate(1 if sweep else 0)(*results)
     return out if part is None else part.gather(out, 1 if sweep else 0)
+
+
+def chunk_reader(traces: PyTree, key_data, *, several: bool = True):
+    """A function (s, e) -> the compiled call's (traces, key data) of traces [s, e), sharded
+    over the local devices (`_shard`); `engine.simulate` and `moejax.stream` read chunks
+    through it. A `ChunkedTraces` is made chunk by chunk (and dropped after the call); a batch
+    on an accelerator is sliced there (`_take`: one compiled slice for every offset); any
+    other batch is sliced on the host (`x[s:e]` on a jax array compiles per offset).
+    several=False: one chunk, the whole batch, passed unsliced (a slice is a dispatch per
+    leaf)."""
+    devices = jax.local_devices()
+    lazy = isinstance(traces, ChunkedTraces)
+    if not several and not lazy:
+        return lambda s, e: _shard(traces, key_data, devices)
+    resident = not lazy and _on_accelerator(traces)
+    if not lazy and not resident:
+        traces = jax.tree_util.tree_map(np.asarray, traces)
+    key_data = np.asarray(key_data)
+
+    def read(s: int, e: int):
+        if lazy:
+            tr = traces.chunk(s, e)
+        elif resident:
+            tr = jax.tree_util.tree_map(lambda x: _take(x, s, e - s), traces)
+        else:
+            tr = jax.tree_util.tree_map(lambda x: x[s:e], traces)
+        return _shard(tr, key_data[s:e], devices)
+
+    return read
 
 
 def _on_accelerator(traces: PyTree) -> bool:

@@ -44,7 +44,7 @@ from moejax import budget, distributed, engine
 from moejax.errors import ConfigError
 from moejax.results import atomic_write_bytes, atomic_write_json
 from moejax.sketch import ALPHA, LogHistogram, RunningMean
-from moejax.trace.chunked import ChunkedTraces, key_data_of
+from moejax.trace.chunked import key_data_of
 
 STATE = "stream_state.npz"
 PARTS = "results"
@@ -62,28 +62,23 @@ ROUND_TRACES = 8192
 
 
 def _prepare(system, traces, key):
-    """What both iterators share: the batch size, `engine.simulate`'s per-trace keys, the
-    compiled call, the local devices, and the traces (host arrays unless made per chunk)."""
+    """What both iterators share: the batch size, the compiled call, and the chunk reader
+    of `engine.simulate` (its per-trace keys, its slicing and sharding)."""
     n = engine.batch_size(traces)
     key = jax.random.key(0) if key is None else key
     key_data, impl = key_data_of(key, n)
-    lazy = isinstance(traces, ChunkedTraces)
-    if not lazy:
-        traces = jax.tree_util.tree_map(np.asarray, traces)
-    return n, key_data, engine._compiled(system, False, impl), jax.local_devices(), traces, lazy
+    return n, engine._compiled(system, False, impl), engine.chunk_reader(traces, key_data)
 
 
 def iter_chunks(system, params, traces, key, chunk: int, start: int = 0):
     """Yield (lo, hi, metrics) for each chunk of `chunk` traces from trace `start` (a chunk
     boundary), with `engine.simulate`'s keys and chunk shapes. One chunk is dispatched
     ahead of the one yielded, so the host work on a chunk's results overlaps the next call."""
-    n, key_data, fn, devices, traces, lazy = _prepare(system, traces, key)
+    n, fn, read = _prepare(system, traces, key)
 
     def call(s):
         e = min(s + chunk, n)
-        tr = (traces.chunk(s, e) if lazy
-              else jax.tree_util.tree_map(lambda x: x[s:e], traces))
-        return s, e, fn(params, *engine._shard(tr, key_data[s:e], devices))
+        return s, e, fn(params, *read(s, e))
 
     pending = None
     for s in range(start, n, chunk):
@@ -103,15 +98,13 @@ def iter_rounds(system, params, traces, key, chunk: int, start: int = 0,
     simulates the p-th run of G of them, pads its rows to G * chunk and the rows are
     all-gathered (one `process_allgather` a round). A process with no chunk in the last
     round simulates the run's first chunk from `start` and sends padding only."""
-    n, key_data, fn, devices, traces, lazy = _prepare(system, traces, key)
+    n, fn, read = _prepare(system, traces, key)
     count, rank = jax.process_count(), jax.process_index()
     per = max(1, int(round_traces or ROUND_TRACES) // chunk)  # chunks per process per round
     span = per * chunk
 
     def call(s, e):
-        tr = (traces.chunk(s, e) if lazy
-              else jax.tree_util.tree_map(lambda x: x[s:e], traces))
-        return fn(params, *engine._shard(tr, key_data[s:e], devices))
+        return fn(params, *read(s, e))
 
     def own(r0):  # this process's rows of the round starting at trace r0, padded to span
         lo = min(n, r0 + rank * span)

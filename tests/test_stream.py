@@ -90,6 +90,22 @@ def test_streamed_rows_equal_in_memory_run_bit_for_bit(setup, tmp_path, monkeypa
                                rtol=1e-12)
 
 
+def test_chunks_of_a_resident_or_host_batch_equal_the_in_memory_run(setup, monkeypatch):
+    """`iter_chunks` reads chunks through the engine's reader: a materialized batch sliced on
+    the host, or on the accelerator it lives on (CPU stands in for it), gives the rows of
+    the in-memory run."""
+    system, params, traces, key, want = setup
+    batch = traces.chunk(0, N)
+    for on_device in (False, True):
+        monkeypatch.setattr(engine, "_on_accelerator", lambda tr, v=on_device: v)
+        got = list(stream.iter_chunks(system, params, batch, key, CHUNK))
+        assert [(lo, hi) for lo, hi, _ in got] == [(s, min(s + CHUNK, N))
+                                                   for s in range(0, N, CHUNK)]
+        np.testing.assert_array_equal(
+            np.concatenate([np.asarray(out["latency_s"]) for *_, out in got]),
+            want["latency_s"])
+
+
 def test_interrupted_run_keeps_whole_parts_and_resume_equals_uninterrupted(
         setup, tmp_path, monkeypatch):
     monkeypatch.setattr(stream, "PART_ROWS", 16)
