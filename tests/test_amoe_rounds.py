@@ -189,12 +189,13 @@ def test_float_arithmetic_jit_equals_nojit_and_core():
     spec = rounds.Spec(num_blocks=5, top_k=1, num_ranks=1, num_devices=2, num_units=4,
                        slots=1, requests=1, sched=0, lookahead=3, tok_bins=1, itl_bins=1)
     q = np.random.default_rng(0).integers(0, 9, (5, 4)).astype(np.int32)
-    on = np.array([[1, 1, 0, 0], [0, 0, 1, 1]], bool)
+    local, _, nloc = rounds.local_units([0, 0, 1, 1], 2)  # GPU 0: units 0, 1; GPU 1: 2, 3
+    qm = np.concatenate([q, np.zeros((5, 1), np.int32)], 1)[:, local].transpose(1, 0, 2)
     sel = functools.partial(rounds._select, spec)
     for decay in (0.3, 0.7, 0.9):
-        a = jax.jit(sel)(q, on, np.float32(decay), one, np.int32(0))
+        a = jax.jit(sel)(qm, nloc, np.float32(decay), one, np.int32(0))
         with jax.disable_jit():
-            b = sel(q, on, np.float32(decay), one, np.int32(0))
+            b = sel(qm, nloc, np.float32(decay), one, np.int32(0))
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 

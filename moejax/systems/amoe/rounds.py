@@ -97,6 +97,9 @@ class Consts:
     itl_lo: jax.Array  # [KEYS] edges below each log bucket (`itl_table`)
     series_ticks: jax.Array  # () ticks per series bin
     zero: jax.Array  # () int32 0, a runtime value (see `_mul`)
+    local: jax.Array  # [D, L] each GPU's units, ascending, padded with U (`local_units`)
+    lslot: jax.Array  # [U] each unit's column in its GPU's row of `local`
+    nloc: jax.Array  # [D] units per GPU
 
 
 @struct.dataclass
@@ -203,40 +206,66 @@ def _layer_ticks(cost, n, ctx, is_att, zero):
     return _ticks(jnp.where(is_att, att, exp))
 
 
-def _select(spec: Spec, q, on, decay, zero, sched):
-    """Per-GPU (block, unit) [D] chosen from queue counts q [NB, U] (core's tie rules).
+def _first_max(x):
+    """argmax over the last axis (the first maximum) as two plain reductions.
 
-    spec.sched 0 / 1 / 2 compiles one scheduler; -1 computes all three and picks the
-    stream's `sched` (one compilation for a sweep over schedulers).
+    XLA:CPU lowers `jnp.argmax` to a variadic (value, index) reduce that does not vectorize;
+    max, then the smallest index holding it, is the same index (no NaN here).
     """
-    qm = jnp.where(on[:, None, :], q[None], 0)  # [D, NB, U]
-    d_, nb, nu = qm.shape
+    m = x.max(-1, keepdims=True)
+    idx = jax.lax.broadcasted_iota(I32, x.shape, x.ndim - 1)
+    return jnp.where(x == m, idx, x.shape[-1]).min(-1)
+
+
+def _select(spec: Spec, qm, nloc, decay, zero, sched):
+    """Per-GPU (block, local unit) [D] chosen from its local queue counts qm [D, NB, L].
+
+    qm[g, b, l] counts the eligible tokens of block b at GPU g's l-th unit (`local_units`:
+    ascending unit ids, padding columns stay 0), so the (b, l) order is the core's (b, u)
+    order over the GPU's units and its tie rules hold. spec.sched 0 / 1 / 2 compiles one
+    scheduler; -1 computes all three and picks the stream's `sched` (one compilation for
+    a sweep over schedulers).
+    """
+    d_, nb, nl = qm.shape
     kinds = (spec.sched,) if spec.sched >= 0 else (0, 1, 2)
     picks = []
     for kind in kinds:
         if kind == 2:  # FLFS: first block with a ready token, its fullest local queue
-            b = jnp.argmax(qm.sum(2) > 0, axis=1).astype(I32)
-            u = jnp.argmax(jnp.take_along_axis(qm, b[:, None, None], 1)[:, 0], axis=1)
-            picks.append((b, u.astype(I32)))
+            b = _first_max((qm.sum(2) > 0).astype(I32))
+            picks.append((b, _first_max(jnp.take_along_axis(qm, b[:, None, None], 1)[:, 0])))
             continue
         if kind == 1:  # MTFS: the fullest queue, block-major first
             score = qm.astype(F32)
         else:  # Algorithm 1 (§3.4), float32 in the core's order
             total = qm.sum(2).astype(F32)  # [D, NB]
-            n_e = on.sum(1).astype(F32)[:, None]
+            n_e = nloc.astype(F32)[:, None]
             ls = jnp.zeros_like(total)
             dk = F32(1.0)
             for k in range(1, spec.lookahead + 1):
                 dk = dk * decay
                 ls = ls + _mul(jnp.roll(total, -k, axis=1) / n_e, dk, zero)
             score = jnp.where(qm > 0, ls[:, :, None] + qm.astype(F32), 0.0)
-        flat = jnp.argmax(score.reshape(d_, nb * nu), axis=1).astype(I32)
-        picks.append((flat // nu, flat % nu))
+        flat = _first_max(score.reshape(d_, nb * nl))
+        picks.append((flat // nl, flat % nl))
     if len(picks) == 1:
         return picks[0]
     b = jnp.select([sched == 0, sched == 1], [picks[0][0], picks[1][0]], picks[2][0])
     u = jnp.select([sched == 0, sched == 1], [picks[0][1], picks[1][1]], picks[2][1])
     return b, u
+
+
+def local_units(gpu_of_unit, num_devices: int):
+    """(local [D, L], slot [U], nloc [D]): each GPU's units in ascending order (padded with
+    U), each unit's column in its GPU's row, units per GPU (int32)."""
+    g = np.asarray(gpu_of_unit, np.int64)
+    u_n = len(g)
+    nloc = np.bincount(g, minlength=num_devices)[:num_devices]
+    local = np.full((num_devices, max(int(nloc.max(initial=0)), 1)), u_n, np.int32)
+    slot = np.zeros(u_n, np.int32)
+    for u in range(u_n):  # setup only (U is small)
+        slot[u] = (g[:u] == g[u]).sum()
+        local[g[u], slot[u]] = u
+    return local, slot, nloc.astype(np.int32)
 
 
 def init(spec: Spec, st: Stream) -> State:
@@ -376,13 +405,17 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     start = jnp.where(earliest < BIG, jnp.maximum(s.gpu_free, earliest), BIG)  # [D]
     cand = start < BIG
     elig = pend & (s.ready <= start[gpu])
-    blk = jnp.broadcast_to(s.block[:, None], s.unit.shape)
-    q = jnp.zeros((nb, spec.num_units), I32).at[blk, s.unit].add(elig.astype(I32))
+    # eligible tokens per (GPU, block, local unit): one flat scatter-add
+    nl = cs.local.shape[1]
+    key = (gpu * nb + s.block[:, None]) * nl + cs.lslot[s.unit]  # [C, K]
+    qm = jnp.zeros(d_ * nb * nl, I32).at[jnp.where(elig, key, d_ * nb * nl)].add(
+        1, mode="drop").reshape(d_, nb, nl)
     ids = jnp.arange(d_, dtype=I32)
-    on = cs.gpu_of_unit[None, :] == ids[:, None]  # [D, U]
-    b_sel, u_sel = _select(spec, q, on, st.decay, cs.zero, st.sched)
-    batch0 = elig & (blk == b_sel[gpu]) & (s.unit == u_sel[gpu])
-    n = q[b_sel, u_sel]  # [D] the chosen queue's eligible tokens
+    b_sel, l_sel = _select(spec, qm, cs.nloc, st.decay, cs.zero, st.sched)
+    u_sel = cs.local[ids, l_sel]
+    sel = (ids * nb + b_sel) * nl + l_sel  # [D] the chosen queue's key
+    batch0 = elig & (key == sel[gpu])
+    n = qm.reshape(-1)[sel]  # [D] the chosen queue's eligible tokens
     is_att = u_sel < a_
     ctx = jnp.zeros(d_, I32).at[gpu[:, 0]].add(jnp.where(batch0[:, 0], s.inp + s.done, 0))
     dur = _layer_ticks(cs.cost, n, ctx, is_att, cs.zero)
@@ -457,7 +490,7 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
         qb = jnp.clip(start[g0] // cs.series_ticks, 0, spec.series - 1)
         new = new.replace(
             done_bins=s.done_bins.at[sb].add(fin.astype(I32)),
-            qdepth=s.qdepth.at[qb].add(jnp.where(sample, q[:, 0], 0).astype(F32)),
+            qdepth=s.qdepth.at[qb].add(jnp.where(sample, qm[g0, :, cs.lslot[0]], 0).astype(F32)),
             qdepth_n=s.qdepth_n.at[qb].add(sample.astype(I32)))
     if spec.closed:  # each completion submits the next request at once (core's order)
         new = _resubmit(spec, s, new, fin & st.closed, t_m, go, start, gpu, exp_mv)
@@ -535,6 +568,7 @@ def consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, cost, lat, ptok, cdf, w0=0, w1=
         edges = np.ceil(edges.astype(np.float64))
     edges = np.minimum(edges, BIG).astype(np.int64)
     lo, span = itl_table(edges)
+    local, lslot, nloc = local_units(gpu_of_unit, np.shape(lat)[0])
     edges = np.concatenate([edges, np.full(span + 1, BIG)]).astype(np.int32)
     return Consts(
         gpu_of_unit=i32(gpu_of_unit), att_gpu=i32(att_gpu), exp_gpu=i32(exp_gpu),
@@ -542,7 +576,8 @@ def consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, cost, lat, ptok, cdf, w0=0, w1=
         lat=np.asarray(lat, np.float32), ptok=np.asarray(ptok, np.float32),
         cdf=np.asarray(cdf, np.float32), w0=np.int32(min(int(w0), BIG)),
         w1=np.int32(min(int(w1), BIG)), bin_ticks=np.int32(bin_ticks),
-        itl_edges=edges, itl_lo=lo, series_ticks=np.int32(series_ticks), zero=np.int32(0))
+        itl_edges=edges, itl_lo=lo, series_ticks=np.int32(series_ticks), zero=np.int32(0),
+        local=local, lslot=lslot, nloc=nloc)
 
 
 def prepare(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
