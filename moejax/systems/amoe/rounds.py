@@ -345,61 +345,91 @@ def _head(spec: Spec, cs: Consts, st: Stream, s: State):
     ranks = jnp.arange(spec.num_ranks, dtype=I32)[:, None]
     used = jnp.where(holding[None] & (s.rank[None] == ranks), (s.inp + s.outl)[None], 0).sum(1)
     free = cs.kvcap - used
-    best = jnp.argmax(free).astype(I32)
+    best = _first_max(free)
     fits = free[best] >= st.inp[hol] + st.outl[hol]
-    slot = jnp.argmax(~holding).astype(I32)
+    slot = _first_max((~holding).astype(I32))
     has_slot = (~holding).any()
     t_adm = jnp.where(valid & fits, t_a, BIG)
     return t_adm, best, slot, has_slot, valid & ~fits, t_a
 
 
-def _admissions(spec: Spec, cs: Consts, st: Stream, s: State):
-    """Admit every head-of-line request with t_adm <= the earliest launch start (§3.1)."""
+def _any(x, axis):
+    """x, or (under `jax.vmap(..., axis_name=axis)`) whether any stream's x holds.
+
+    A loop predicate that is the same for every stream keeps `lax.while_loop` a plain
+    loop under vmap; a per-stream predicate makes vmap select every carried array (the
+    whole State) per iteration. The bodies gate their updates per stream instead.
+    """
+    return x if axis is None else jax.lax.pmax(x, axis)
+
+
+def _admissions(spec: Spec, cs: Consts, st: Stream, s: State, live, axis=None):
+    """Admit every head-of-line request with t_adm <= the earliest launch start (§3.1).
+
+    One admission per iteration; a stream admits only while its own condition holds
+    (`live`: the stream runs this round), so the loop may run on for other streams.
+    """
     earliest, _, _ = _starts(spec, cs, s)
 
     def lmin(earliest, gpu_free):
         return jnp.where(earliest < BIG, jnp.maximum(gpu_free, earliest), BIG).min()
 
-    def cond(c):
-        s, earliest, (t_adm, _, _, has_slot, _, _) = c
-        go = (t_adm < BIG) & (t_adm <= lmin(earliest, s.gpu_free)) & has_slot
+    def admit(s, earliest, head):
+        t_adm, _, _, has_slot, _, _ = head
+        go = (t_adm < BIG) & (t_adm <= lmin(earliest, s.gpu_free)) & has_slot & live
         return go & (s.clock < st.horizon) if spec.closed else go
 
     def body(c):
-        s, earliest, (t_adm, best, slot, _, _, _) = c
+        s, earliest, (t_adm, best, slot, _, _, _), ok = c
+        c_, r_ = spec.slots, spec.requests
         r = s.next_req
         g = cs.att_gpu[best]
         kz = jnp.arange(spec.top_k) == 0
-        old = jnp.where(s.req[slot] >= 0, s.req[slot], spec.requests)  # recycled: its outputs
+        # a stream whose condition fails writes nowhere (indices past the end are dropped)
+        sw = jnp.where(ok, slot, c_)
+        rw = jnp.where(ok, r, r_)
+        rr = jnp.minimum(r, r_ - 1)
+        prev = s.req[slot]
+        old = jnp.where(ok & (prev >= 0), prev, r_)  # recycled slot: its request's outputs
         s = s.replace(
             o_first=s.o_first.at[old].set(s.first[slot], mode="drop"),
             o_complete=s.o_complete.at[old].set(s.release[slot], mode="drop"),
             o_last=s.o_last.at[old].set(s.last[slot], mode="drop"),
             o_done=s.o_done.at[old].set(s.done[slot], mode="drop"))
         s = s.replace(
-            req=s.req.at[slot].set(r), rank=s.rank.at[slot].set(best),
-            block=s.block.at[slot].set(st.blk0[r]), done=s.done.at[slot].set(st.done0[r]),
-            inp=s.inp.at[slot].set(st.inp[r]), outl=s.outl.at[slot].set(st.outl[r]),
-            phase=s.phase.at[slot].set(0), release=s.release.at[slot].set(BIG),
-            last=s.last.at[slot].set(0), first=s.first.at[slot].set(0),
-            unit=s.unit.at[slot].set(jnp.where(kz, best, 0)),
-            sstate=s.sstate.at[slot].set(kz.astype(I32)),
-            ready=s.ready.at[slot].set(jnp.where(kz, t_adm, 0)),
-            o_rank=s.o_rank.at[r].set(best), o_admitted=s.o_admitted.at[r].set(t_adm),
-            clock=t_adm, next_req=r + 1, events=s.events + 1,
+            req=s.req.at[sw].set(r, mode="drop"), rank=s.rank.at[sw].set(best, mode="drop"),
+            block=s.block.at[sw].set(st.blk0[rr], mode="drop"),
+            done=s.done.at[sw].set(st.done0[rr], mode="drop"),
+            inp=s.inp.at[sw].set(st.inp[rr], mode="drop"),
+            outl=s.outl.at[sw].set(st.outl[rr], mode="drop"),
+            phase=s.phase.at[sw].set(0, mode="drop"),
+            release=s.release.at[sw].set(BIG, mode="drop"),
+            last=s.last.at[sw].set(0, mode="drop"), first=s.first.at[sw].set(0, mode="drop"),
+            unit=s.unit.at[sw].set(jnp.where(kz, best, 0), mode="drop"),
+            sstate=s.sstate.at[sw].set(kz.astype(I32), mode="drop"),
+            ready=s.ready.at[sw].set(jnp.where(kz, t_adm, 0), mode="drop"),
+            o_rank=s.o_rank.at[rw].set(best, mode="drop"),
+            o_admitted=s.o_admitted.at[rw].set(t_adm, mode="drop"),
+            clock=jnp.where(ok, t_adm, s.clock), next_req=r + ok,
+            events=s.events + ok,
         )
-        earliest = earliest.at[g].min(t_adm)
-        return s, earliest, _head(spec, cs, st, s)
+        earliest = earliest.at[g].min(jnp.where(ok, t_adm, BIG))
+        head = _head(spec, cs, st, s)
+        return s, earliest, head, admit(s, earliest, head)
 
-    s, earliest, head = jax.lax.while_loop(cond, body, (s, earliest, _head(spec, cs, st, s)))
+    head = _head(spec, cs, st, s)
+    c = (s, earliest, head, admit(s, earliest, head))
+    s, earliest, head, _ = jax.lax.while_loop(lambda c: _any(c[3], axis), body, c)
     t_adm, _, _, has_slot, blocked, t_a = head
-    overflow = (t_adm < BIG) & ~has_slot
+    overflow = (t_adm < BIG) & ~has_slot & live
     return s.replace(overflow=s.overflow | overflow), earliest, t_adm, blocked, t_a
 
 
-def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
+def _round(spec: Spec, cs: Consts, st: Stream, limit, axis, s: State) -> State:
+    """One round; a no-op for a stream that does not run (stopped, or at `limit`)."""
     a_, d_, k_, nb = spec.num_ranks, spec.num_devices, spec.top_k, spec.num_blocks
-    s, earliest, t_adm, blocked, t_a = _admissions(spec, cs, st, s)
+    live = ~s.stop & (s.rounds < limit)
+    s, earliest, t_adm, blocked, t_a = _admissions(spec, cs, st, s, live, axis)
     gpu = cs.gpu_of_unit[s.unit]  # [C, K]
     pend = s.sstate == 1
     start = jnp.where(earliest < BIG, jnp.maximum(s.gpu_free, earliest), BIG)  # [D]
@@ -430,7 +460,7 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     c_star = jnp.where(late, start, BIG).min()
     g_star = jnp.where(late & (start == c_star), ids, d_).min()
     before_rho = (start < c_star) | ((start == c_star) & (ids <= g_star))
-    go = cand & (start < horizon) & (start < t_adm) & before_rho  # [D]
+    go = cand & (start < horizon) & (start < t_adm) & before_rho & live  # [D]
     if spec.closed:  # an admission at or after the horizon was the last event
         go = go & (s.clock < st.horizon)
     batch = batch0 & go[gpu]
@@ -479,7 +509,7 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
         first=jnp.where(emit & (s.done == 0), t_m, s.first),
         clock=jnp.maximum(s.clock, jnp.where(go, start, 0).max()),
         events=s.events + gi.sum(),
-        rounds=s.rounds + 1, finished=s.finished + fin.sum(),
+        rounds=s.rounds + live, finished=s.finished + fin.sum(),
         itl_sum=s.itl_sum + jnp.where(has_itl, itl, 0).sum(),
         itl_n=s.itl_n + has_itl.sum(), tok_bins=tok_bins, itl_hist=itl_hist,
     )
@@ -501,7 +531,7 @@ def _round(spec: Spec, cs: Consts, st: Stream, s: State) -> State:
     if spec.closed:
         end_ = jnp.where(st.closed, new.clock >= st.horizon, end_)
     # stuck: nothing launched this round (no candidate), or overflow (`unpack` raises)
-    return new.replace(stop=end_ | over | stuck)
+    return new.replace(stop=jnp.where(live, end_ | over | stuck, s.stop))
 
 
 def _resubmit(spec: Spec, s: State, new: State, fin, t_m, go, start, gpu, exp_mv) -> State:
@@ -538,10 +568,14 @@ def outputs(spec: Spec, s: State):
             s.o_done.at[idx].set(s.done, mode="drop"))
 
 
-def advance(spec: Spec, cs: Consts, st: Stream, s: State, limit) -> State:
-    """Rounds until the stream is done or `s.rounds` reaches `limit` (chunks for progress)."""
-    return jax.lax.while_loop(lambda s: ~s.stop & (s.rounds < limit),
-                              functools.partial(_round, spec, cs, st), s)
+def advance(spec: Spec, cs: Consts, st: Stream, s: State, limit, axis=None) -> State:
+    """Rounds until the stream is done or `s.rounds` reaches `limit` (chunks for progress).
+
+    Under `jax.vmap(..., axis_name=axis)` the loop runs while any stream runs; a round is
+    a no-op for the others (`_round`), so the loop carries no per-stream select.
+    """
+    return jax.lax.while_loop(lambda s: _any(~s.stop & (s.rounds < limit), axis),
+                              functools.partial(_round, spec, cs, st, limit, axis), s)
 
 
 def run(spec: Spec, cs: Consts, st: Stream) -> State:
@@ -556,7 +590,8 @@ def compiled(spec: Spec, batched: bool = False):
     adv = functools.partial(advance, spec)
     if batched:
         ini = jax.vmap(ini)
-        adv = jax.vmap(adv, in_axes=(None, 0, 0, None))
+        adv = jax.vmap(functools.partial(adv, axis="streams"), in_axes=(None, 0, 0, None),
+                       axis_name="streams")
     return jax.jit(ini), jax.jit(adv, donate_argnums=2)
 
 
