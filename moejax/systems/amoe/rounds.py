@@ -76,6 +76,7 @@ class Spec:
     itl_span: int = 1  # most ITL edges inside one log bucket (`itl_table`)
     series: int = 0  # > 0: aep.metrics' done_bins / queue-depth series with this many bins
     closed: bool = False  # closed loops compiled in (per stream: Stream.closed)
+    compact: int = 0  # > 0: rounds move at most this many rows gathered (`_moves_compact`)
 
 
 @struct.dataclass
@@ -162,6 +163,7 @@ class State:
     itl_sum: jax.Array
     itl_n: jax.Array
     overflow: jax.Array  # a request fitted but no slot was free (raise C)
+    wide: jax.Array  # rounds that moved more than `Spec.compact` rows of this stream
     stop: jax.Array
     # accumulators
     tok_bins: jax.Array  # [TB]
@@ -282,7 +284,7 @@ def init(spec: Spec, st: Stream) -> State:
         o_complete=zr + BIG, o_first=zr, o_last=zr, o_done=st.done0, o_rank=zr - 1,
         o_admitted=zr + BIG, arr=st.arrival, n_req=st.n_req, exhausted=jnp.bool_(False),
         clock=I32(0), next_req=I32(0), events=I32(0), rounds=I32(0), finished=I32(0),
-        itl_sum=I32(0), itl_n=I32(0), overflow=jnp.bool_(False),
+        itl_sum=I32(0), itl_n=I32(0), overflow=jnp.bool_(False), wide=I32(0),
         stop=st.n_req <= 0,
         tok_bins=jnp.zeros(spec.tok_bins, I32), itl_hist=jnp.zeros(spec.itl_bins, I32),
         done_bins=jnp.zeros(s_, I32), qdepth=jnp.zeros((s_, spec.num_blocks), F32),
@@ -439,9 +441,106 @@ def _bins(idx, w, n: int):
     return jnp.where(idx[:, None] == jnp.arange(n, dtype=idx.dtype), w[:, None], 0).sum(0)
 
 
+ROWS = ("req", "rank", "block", "done", "outl", "phase", "release", "last", "first", "unit",
+        "sstate", "ready")  # the slot fields a round reads per row
+UPDATED = ("block", "done", "phase", "release", "last", "first", "unit", "sstate", "ready")
+
+
+def _all(x, axis):
+    """x, or (under `jax.vmap(..., axis_name=axis)`) whether every stream's x holds."""
+    return x if axis is None else ~jax.lax.pmax(~x, axis)
+
+
+def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, go, start):
+    """Dispatcher (§3.2) and token pool on rows `r` (slot fields by name, [N] / [N, K]).
+
+    Returns (updated fields, accumulator increments, closed-loop stream update).
+    """
+    a_, d_, k_, nb = spec.num_ranks, spec.num_devices, spec.top_k, spec.num_blocks
+    # attention -> the K routed experts; expert -> the request's rank. Optimization
+    # barriers: XLA would otherwise recompute these expressions (the routing hash above
+    # all) inside every fusion that consumes them
+    experts = _once(routing.choose_experts(jnp, st.seed, r["req"], r["done"], r["block"],
+                                           cs.cdf, k_))
+    att_row = batch[:, 0] & is_att[gpu[:, 0]]  # [N]
+    exp_mv = batch & ~is_att[gpu]  # [N, K]
+    att_mv = jnp.broadcast_to(att_row[:, None], r["unit"].shape)
+    mv = att_mv | exp_mv
+    src = jnp.where(att_mv, gpu[:, :1], gpu)
+    dst = _once(jnp.where(att_mv, cs.exp_gpu[experts], cs.att_gpu[r["rank"]][:, None]))
+    pair = src * d_ + dst  # [N, K]
+    cnt = _bins(pair, mv.astype(I32), d_ * d_)  # tokens per (source, destination)
+    # transfer ticks per pair ([D x D], the core's float32), looked up per token
+    xfer = _ticks(cs.lat.reshape(-1) + _mul(cnt.astype(F32), cs.ptok.reshape(-1), cs.zero))[pair]
+    arrive = _once(jnp.where(mv, end[src] + xfer, 0))
+    sstate = jnp.where(att_mv, 1, jnp.where(exp_mv, 2, r["sstate"]))
+    unit = jnp.where(att_mv, a_ + experts, r["unit"])
+    ready = jnp.where(mv, arrive, r["ready"])
+    phase = jnp.where(att_row, 1, r["phase"])
+    # token pool (§3.2 Top-K support): merge once all K expert outputs arrived
+    merge, t_m = _once(((phase == 1) & (sstate == 2).all(1) & exp_mv.any(1), ready.max(1)))
+    emit = merge & (r["block"] == nb - 1)
+    has_itl = emit & (t_m >= cs.w0) & (t_m < cs.w1) & (r["done"] > 0) & (r["last"] > 0)
+    itl = t_m - r["last"]
+    done = r["done"] + emit.astype(I32)
+    fin = emit & (done >= r["outl"])
+    requeue = merge & ~fin
+    kz = (jnp.arange(k_) == 0)[None, :]
+    acc = dict(
+        itl_hist=_bins(_itl_bin(spec, cs, itl), has_itl.astype(I32), spec.itl_bins),
+        tok_bins=_bins(jnp.where(emit, t_m // cs.bin_ticks, spec.tok_bins), emit.astype(I32),
+                       spec.tok_bins),
+        finished=fin.sum(dtype=I32), itl_sum=jnp.where(has_itl, itl, 0).sum(dtype=I32),
+        itl_n=has_itl.sum(dtype=I32))
+    if spec.series:
+        sb = jnp.clip(t_m // cs.series_ticks, 0, spec.series - 1)
+        acc["done_bins"] = _bins(sb, fin.astype(I32), spec.series)
+    upd = dict(
+        block=jnp.where(merge, jnp.where(r["block"] == nb - 1, 0, r["block"] + 1), r["block"]),
+        done=done, phase=jnp.where(fin, 2, jnp.where(merge, 0, phase)),
+        release=jnp.where(fin, t_m, r["release"]), last=jnp.where(emit, t_m, r["last"]),
+        first=jnp.where(emit & (r["done"] == 0), t_m, r["first"]),
+        unit=jnp.where(requeue[:, None] & kz, r["rank"][:, None], unit),
+        sstate=jnp.where(merge[:, None], jnp.where(requeue[:, None] & kz, 1, 0), sstate),
+        ready=jnp.where(requeue[:, None] & kz, t_m[:, None], ready))
+    return upd, acc, fin, t_m, exp_mv
+
+
+def _moves_full(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis):
+    """`_moves` on all C rows."""
+    r = {f: getattr(s, f) for f in ROWS}
+    upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch, gpu, is_att, end, go, start)
+    sub = (_resubmit(spec, s, fin & st.closed, t_m, go, start, gpu, exp_mv, r["req"])
+           if spec.closed else {})
+    return upd, acc, sub
+
+
+def _moves_compact(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis):
+    """`_moves` on the moving rows gathered (at most `spec.compact`), scattered back; all
+    C rows in a round where a stream has more (one branch for every stream under vmap)."""
+    c_ = spec.slots
+    rows = batch.any(1)
+
+    def compact(_):
+        idx = jnp.nonzero(rows, size=spec.compact, fill_value=c_)[0]
+        valid = idx < c_
+        r = {f: getattr(s, f)[idx] for f in ROWS}
+        upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch[idx] & valid[:, None],
+                                            gpu[idx], is_att, end, go, start)
+        upd = {f: getattr(s, f).at[idx].set(v, mode="drop") for f, v in upd.items()}
+        sub = (_resubmit(spec, s, fin & valid & st.closed, t_m, go, start, gpu[idx], exp_mv,
+                         r["req"]) if spec.closed else {})
+        return upd, acc, sub
+
+    def full(_):
+        return _moves_full(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis)
+
+    return jax.lax.cond(_all(rows.sum() <= spec.compact, axis), compact, full, None)
+
+
 def _round(spec: Spec, cs: Consts, st: Stream, limit, axis, s: State) -> State:
     """One round; a no-op for a stream that does not run (stopped, or at `limit`)."""
-    a_, d_, k_, nb = spec.num_ranks, spec.num_devices, spec.top_k, spec.num_blocks
+    a_, d_, nb = spec.num_ranks, spec.num_devices, spec.num_blocks
     live = ~s.stop & (s.rounds < limit)
     s, earliest, t_adm, blocked, t_a = _admissions(spec, cs, st, s, live, axis)
     gpu = cs.gpu_of_unit[s.unit]  # [C, K]
@@ -477,69 +576,35 @@ def _round(spec: Spec, cs: Consts, st: Stream, limit, axis, s: State) -> State:
     go = cand & (start < horizon) & (start < t_adm) & before_rho & live  # [D]
     if spec.closed:  # an admission at or after the horizon was the last event
         go = go & (s.clock < st.horizon)
-    batch = batch0 & go[gpu]
-    # dispatcher (§3.2): attention -> the K routed experts; expert -> the request's rank
-    # optimization barriers: XLA would otherwise recompute these expressions (the routing
-    # hash above all) inside every fusion that consumes them
-    experts = _once(routing.choose_experts(jnp, st.seed, s.req, s.done, s.block, cs.cdf, k_))
-    att_row = batch[:, 0] & is_att[gpu[:, 0]]  # [C]
-    exp_mv = batch & ~is_att[gpu]  # [C, K]
-    att_mv = jnp.broadcast_to(att_row[:, None], s.unit.shape)
-    mv = att_mv | exp_mv
-    src = jnp.where(att_mv, gpu[:, :1], gpu)
-    dst = _once(jnp.where(att_mv, cs.exp_gpu[experts], cs.att_gpu[s.rank][:, None]))
-    pair = src * d_ + dst  # [C, K]
-    cnt = _bins(pair, mv.astype(I32), d_ * d_)  # tokens per (source, destination)
-    # transfer ticks per pair ([D x D], the core's float32), looked up per token
-    xfer = _ticks(cs.lat.reshape(-1) + _mul(cnt.astype(F32), cs.ptok.reshape(-1), cs.zero))[pair]
-    arrive = _once(jnp.where(mv, end[src] + xfer, 0))
-    sstate = jnp.where(att_mv, 1, jnp.where(exp_mv, 2, s.sstate))
-    unit = jnp.where(att_mv, a_ + experts, s.unit)
-    ready = jnp.where(mv, arrive, s.ready)
-    phase = jnp.where(att_row, 1, s.phase)
     gi = go.astype(I32)
-    # token pool (§3.2 Top-K support): merge once all K expert outputs arrived
-    merge, t_m = _once(((phase == 1) & (sstate == 2).all(1), ready.max(1)))
-    emit = merge & (s.block == nb - 1)
-    has_itl = emit & (t_m >= cs.w0) & (t_m < cs.w1) & (s.done > 0) & (s.last > 0)
-    itl = t_m - s.last
-    hb = _itl_bin(spec, cs, itl)
-    itl_hist = s.itl_hist + _bins(hb, has_itl.astype(I32), spec.itl_bins)
-    tb = jnp.where(emit, t_m // cs.bin_ticks, spec.tok_bins)
-    tok_bins = s.tok_bins + _bins(tb, emit.astype(I32), spec.tok_bins)
-    done = s.done + emit.astype(I32)
-    fin = emit & (done >= s.outl)
-    last = jnp.where(emit, t_m, s.last)
-    requeue = merge & ~fin
-    kz = (jnp.arange(k_) == 0)[None, :]
-    sstate = jnp.where(merge[:, None], jnp.where(requeue[:, None] & kz, 1, 0), sstate)
-    unit = jnp.where(requeue[:, None] & kz, s.rank[:, None], unit)
-    ready = jnp.where(requeue[:, None] & kz, t_m[:, None], ready)
+    # dispatcher and token pool: only the rows with a token in a launch change this round
+    # (a row merges only when its last expert output was sent in this round), so they run
+    # on those rows gathered (`spec.compact` of them) when every stream's fit, else on all
+    batch = batch0 & go[gpu]
+    gather = 0 < spec.compact < spec.slots
+    moved = _moves_compact if gather else _moves_full
+    upd, acc, sub = moved(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis)
+    wide = s.wide + (batch.any(1).sum() > spec.compact) if gather else s.wide
     new = s.replace(
-        block=jnp.where(merge, jnp.where(s.block == nb - 1, 0, s.block + 1), s.block),
-        done=done, phase=jnp.where(fin, 2, jnp.where(merge, 0, phase)),
-        release=jnp.where(fin, t_m, s.release), last=last,
-        unit=unit, sstate=sstate, ready=ready,
+        **upd, wide=wide,
         gpu_free=jnp.where(go, end, s.gpu_free), busy=s.busy + gi * dur,
         execs=s.execs + gi, ntok=s.ntok + gi * n,
-        first=jnp.where(emit & (s.done == 0), t_m, s.first),
         clock=jnp.maximum(s.clock, jnp.where(go, start, 0).max()),
         events=s.events + gi.sum(),
-        rounds=s.rounds + live, finished=s.finished + fin.sum(),
-        itl_sum=s.itl_sum + jnp.where(has_itl, itl, 0).sum(),
-        itl_n=s.itl_n + has_itl.sum(), tok_bins=tok_bins, itl_hist=itl_hist,
+        rounds=s.rounds + live, finished=s.finished + acc["finished"],
+        itl_sum=s.itl_sum + acc["itl_sum"], itl_n=s.itl_n + acc["itl_n"],
+        tok_bins=s.tok_bins + acc["tok_bins"], itl_hist=s.itl_hist + acc["itl_hist"],
     )
     if spec.series:  # aep.metrics' series: completions per bin, queue depth at unit 0's GPU
-        sb = jnp.clip(t_m // cs.series_ticks, 0, spec.series - 1)
         g0 = cs.gpu_of_unit[0]
         sample = go[g0]
         qb = jnp.clip(start[g0] // cs.series_ticks, 0, spec.series - 1)
         new = new.replace(
-            done_bins=s.done_bins + _bins(sb, fin.astype(I32), spec.series),
+            done_bins=s.done_bins + acc["done_bins"],
             qdepth=s.qdepth.at[qb].add(jnp.where(sample, qm[g0, :, cs.lslot[0]], 0).astype(F32)),
             qdepth_n=s.qdepth_n.at[qb].add(sample.astype(I32)))
     if spec.closed:  # each completion submits the next request at once (core's order)
-        new = _resubmit(spec, s, new, fin & st.closed, t_m, go, start, gpu, exp_mv)
+        new = new.replace(**sub)
     # a deadlock (nothing to launch, nobody fits) or a full slot table stops the stream
     stuck = ~cand.any() | new.overflow
     over = new.events >= st.max_events
@@ -550,29 +615,31 @@ def _round(spec: Spec, cs: Consts, st: Stream, limit, axis, s: State) -> State:
     return new.replace(stop=jnp.where(live, end_ | over | stuck, s.stop))
 
 
-def _resubmit(spec: Spec, s: State, new: State, fin, t_m, go, start, gpu, exp_mv) -> State:
+def _resubmit(spec: Spec, s: State, fin, t_m, go, start, gpu, exp_mv, req):
     """Closed loop: number the round's completions as the core does and append them.
 
     The core resubmits after each launch, in launch order (start, GPU id), the requests
     that launch completed, by request id. A request completes at the launch, in that
-    order, of the last of its expert outputs sent this round.
+    order, of the last of its expert outputs sent this round. Rows: all C or the moving
+    ones (every completion is a moving row). Returns the stream fields to replace.
     """
     d_, r_ = spec.num_devices, spec.requests
+    nr = fin.shape[0]
     ids = jnp.arange(d_, dtype=I32)
     # rank of each launching GPU in (start, id) order
     before = go[None, :] & ((start[None, :] < start[:, None])
                             | ((start[None, :] == start[:, None]) & (ids[None, :] < ids[:, None])))
     order = before.sum(1, dtype=I32)  # [D]
-    row = jnp.where(exp_mv, order[gpu], -1).max(1)  # [C]
+    row = jnp.where(exp_mv, order[gpu], -1).max(1)  # [N]
     key = jnp.where(fin, row, d_)
-    _, _, idx = jax.lax.sort((key, jnp.where(fin, s.req, 0), jnp.arange(spec.slots, dtype=I32)),
+    _, _, idx = jax.lax.sort((key, jnp.where(fin, req, 0), jnp.arange(nr, dtype=I32)),
                              num_keys=2)
     nfin = fin.sum(dtype=I32)
-    j = jnp.arange(spec.slots, dtype=I32)
-    tgt = jnp.where((j < nfin) & (new.n_req + j < r_), new.n_req + j, r_)
-    arr = new.arr.at[tgt].set(t_m[idx], mode="drop")
-    return new.replace(arr=arr, n_req=jnp.minimum(new.n_req + nfin, r_),
-                       exhausted=new.exhausted | (new.n_req + nfin > r_))
+    j = jnp.arange(nr, dtype=I32)
+    tgt = jnp.where((j < nfin) & (s.n_req + j < r_), s.n_req + j, r_)
+    arr = s.arr.at[tgt].set(t_m[idx], mode="drop")
+    return dict(arr=arr, n_req=jnp.minimum(s.n_req + nfin, r_),
+                exhausted=s.exhausted | (s.n_req + nfin > r_))
 
 
 def outputs(spec: Spec, s: State):
@@ -636,12 +703,13 @@ def prepare(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
             cost, lat, ptok, cdf, seed, decay, lookahead, max_events, init_block, init_done,
             w0, w1, bin_ticks, itl_edges, tok_bins, itl_hist, conc_cap, *,
             sched_per_stream: bool = False, requests: int = 0, slots: int = 0,
-            closed_spec: bool | None = None):
+            closed_spec: bool | None = None, compact: int | None = None):
     """(Spec, Consts, Stream) of one `core.simulate` call (see `simulate`).
 
     Shapes for one compilation over several calls: `requests` / `slots` raise R / C (the
     streams are padded), `closed_spec` compiles the closed loop in for open streams too,
-    `sched_per_stream` takes the scheduler per stream.
+    `sched_per_stream` takes the scheduler per stream, `compact` sets `Spec.compact`
+    (default `default_compact(C)`).
     """
     if len(itl_hist) != len(itl_edges) + 1:
         raise ConfigError("itl_hist: needs len(itl_edges) + 1 bins")
@@ -664,6 +732,8 @@ def prepare(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                 tok_bins=len(tok_bins), itl_bins=len(itl_hist),
                 itl_span=len(cs.itl_edges) - len(itl_hist),
                 closed=closed if closed_spec is None else bool(closed_spec))
+    spec = dataclasses.replace(spec, compact=default_compact(spec.slots) if compact is None
+                               else int(compact))
     if closed and not spec.closed:
         raise ConfigError("closed = N: needs closed_spec (a closed-loop compilation)")
 
@@ -721,13 +791,23 @@ def simulate(*args, jit: bool = True):
     return unpack(spec, s, st, args[31], args[32])
 
 
-def from_aep(cfg, streams, keys, decay, *, slots: int | None = None):
+def default_compact(slots: int) -> int:
+    """Rows per round on the gathered path (`Spec.compact`) for C slots: 0 (all rows) up
+    to 32 slots, else max(16, C / 32). Measured at C = 200 (200-request benchmark streams,
+    1,024 of them: 13.5 tokens moved per round on average): 12-24 rows best, 15-20 %
+    under all rows (docs/performance.md)."""
+    return 0 if slots <= 32 else max(16, slots // 32)
+
+
+def from_aep(cfg, streams, keys, decay, *, slots: int | None = None,
+             compact: int | None = None):
     """(Spec, Consts, Stream [T]) of `aep.build(cfg)` runs: the old JAX path's conventions.
 
     streams: RequestStream leaves [T, R] (real requests a prefix, `mask`); keys [T] give
     the routing seeds (`aep.stream_seed`); decay: scalar or [T]. ITL histogram on
     `config.itl_bin_edges_s` (float32 ticks, as aep.py bins them), completions and queue
-    depth per `cfg.bin_ticks` series bin. slots: the concurrency cap C (default R).
+    depth per `cfg.bin_ticks` series bin. slots: the concurrency cap C (default R);
+    compact: rows per round on the gathered path (default `default_compact(C)`).
     """
     from moejax.systems.amoe import aep, config
 
@@ -744,6 +824,7 @@ def from_aep(cfg, streams, keys, decay, *, slots: int | None = None):
     spec = Spec(num_blocks=cfg.num_blocks, top_k=cfg.model.top_k, num_ranks=cfg.num_ranks,
                 num_devices=cfg.num_devices, num_units=cfg.num_units,
                 slots=int(slots or r_), requests=r_, sched=sched, lookahead=cfg.lookahead,
+                compact=default_compact(int(slots or r_)) if compact is None else int(compact),
                 tok_bins=1, itl_bins=config.NUM_ITL_BINS,
                 itl_span=len(cs.itl_edges) - config.NUM_ITL_BINS, series=cfg.num_bins)
     st = Stream(arrival=arrival, inp=np.asarray(streams.input_len, np.int32),
