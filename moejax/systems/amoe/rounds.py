@@ -26,6 +26,16 @@ released), K token slots each, fed from the stream by a pointer; the per-request
 `core.simulate` (open loop) and returns its tuple; `run_streams` gives the old JAX path's
 per-stream metrics (`aep.metrics`), vmapped over streams.
 
+Speed (CPU, many streams; docs/performance.md): a round's work is O(C) vector ops, so
+the rest of a round runs on few rows. Only the rows with a token in a launch change, so
+the dispatcher and token pool run on those rows gathered (`Spec.compact` of them) and
+scattered back, or on all C rows in a round where some stream moves more (a `lax.cond`
+on a predicate shared by all streams: under vmap with `axis_name`, `lax.pmax` over the
+stream axis keeps it one branch instead of a select that runs both). The round and
+admission loops take their predicates the same way and gate each stream's updates, so
+vmap does not select the whole State per iteration. Schedulers score each GPU's local
+queues only ([D, NB, L]); small scatters over D are one-hot reductions.
+
 The closed loop (`Spec.closed`: each completion submits the next request at once, until
 the first event at or after `Stream.horizon`) numbers the resubmissions in the core's
 canonical order: by the launch that completes them, (start, GPU id), then by request id
