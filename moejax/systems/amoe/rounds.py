@@ -461,40 +461,34 @@ def _all(x, axis):
     return x if axis is None else ~jax.lax.pmax(~x, axis)
 
 
-def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, go, start,
-           barrier: bool = True):
+def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, go, start):
     """Dispatcher (§3.2) and token pool on rows `r` (slot fields by name, [N] / [N, K]).
 
     Returns (updated fields, accumulator increments, closed-loop stream update).
-    barrier: materialize the routing hash and other shared values once (`_once`; on all
-    C rows XLA otherwise recomputes them in every consumer fusion). Off on the few
-    gathered rows, where recomputing is cheap (measured: 19.9 vs 20.8 CPU-µs per
-    stream-round without / with, 1,024 streams, within the noise of the shared machine).
     """
-    once = _once if barrier else (lambda x: x)
     a_, d_, k_, nb = spec.num_ranks, spec.num_devices, spec.top_k, spec.num_blocks
     # attention -> the K routed experts; expert -> the request's rank. Optimization
     # barriers: XLA would otherwise recompute these expressions (the routing hash above
     # all) inside every fusion that consumes them
-    experts = once(routing.choose_experts(jnp, st.seed, r["req"], r["done"], r["block"],
+    experts = _once(routing.choose_experts(jnp, st.seed, r["req"], r["done"], r["block"],
                                            cs.cdf, k_))
     att_row = batch[:, 0] & is_att[gpu[:, 0]]  # [N]
     exp_mv = batch & ~is_att[gpu]  # [N, K]
     att_mv = jnp.broadcast_to(att_row[:, None], r["unit"].shape)
     mv = att_mv | exp_mv
     src = jnp.where(att_mv, gpu[:, :1], gpu)
-    dst = once(jnp.where(att_mv, cs.exp_gpu[experts], cs.att_gpu[r["rank"]][:, None]))
+    dst = _once(jnp.where(att_mv, cs.exp_gpu[experts], cs.att_gpu[r["rank"]][:, None]))
     pair = src * d_ + dst  # [N, K]
     cnt = _bins(pair, mv.astype(I32), d_ * d_)  # tokens per (source, destination)
     # transfer ticks per pair ([D x D], the core's float32), looked up per token
     xfer = _ticks(cs.lat.reshape(-1) + _mul(cnt.astype(F32), cs.ptok.reshape(-1), cs.zero))[pair]
-    arrive = once(jnp.where(mv, end[src] + xfer, 0))
+    arrive = _once(jnp.where(mv, end[src] + xfer, 0))
     sstate = jnp.where(att_mv, 1, jnp.where(exp_mv, 2, r["sstate"]))
     unit = jnp.where(att_mv, a_ + experts, r["unit"])
     ready = jnp.where(mv, arrive, r["ready"])
     phase = jnp.where(att_row, 1, r["phase"])
     # token pool (§3.2 Top-K support): merge once all K expert outputs arrived
-    merge, t_m = once(((phase == 1) & (sstate == 2).all(1) & exp_mv.any(1), ready.max(1)))
+    merge, t_m = _once(((phase == 1) & (sstate == 2).all(1) & exp_mv.any(1), ready.max(1)))
     emit = merge & (r["block"] == nb - 1)
     has_itl = emit & (t_m >= cs.w0) & (t_m < cs.w1) & (r["done"] > 0) & (r["last"] > 0)
     itl = t_m - r["last"]
@@ -542,7 +536,7 @@ def _moves_compact(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis):
         valid = idx < c_
         r = {f: getattr(s, f)[idx] for f in ROWS}
         upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch[idx] & valid[:, None],
-                                            gpu[idx], is_att, end, go, start, barrier=False)
+                                            gpu[idx], is_att, end, go, start)
         upd = {f: getattr(s, f).at[idx].set(v, mode="drop") for f, v in upd.items()}
         sub = (_resubmit(spec, s, fin & valid & st.closed, t_m, go, start, gpu[idx], exp_mv,
                          r["req"]) if spec.closed else {})
