@@ -719,7 +719,7 @@ def prepare(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
     Shapes for one compilation over several calls: `requests` / `slots` raise R / C (the
     streams are padded), `closed_spec` compiles the closed loop in for open streams too,
     `sched_per_stream` takes the scheduler per stream, `compact` sets `Spec.compact`
-    (default `default_compact(C)`).
+    (default `default_compact(C)`: all rows for one stream).
     """
     if len(itl_hist) != len(itl_edges) + 1:
         raise ConfigError("itl_hist: needs len(itl_edges) + 1 bins")
@@ -801,12 +801,17 @@ def simulate(*args, jit: bool = True):
     return unpack(spec, s, st, args[31], args[32])
 
 
-def default_compact(slots: int) -> int:
-    """Rows per round on the gathered path (`Spec.compact`) for C slots: 0 (all rows) up
-    to 32 slots, else max(16, C / 32). Measured at C = 200 (200-request benchmark streams,
-    1,024 of them: 13.5 tokens moved per round on average): 12-24 rows best, 15-20 %
-    under all rows (docs/performance.md)."""
-    return 0 if slots <= 32 else max(16, slots // 32)
+def default_compact(slots: int, streams: int = 1) -> int:
+    """Rows per round on the gathered path (`Spec.compact`) for C slots and a batch of
+    `streams`: 0 (all rows) for one stream or up to 32 slots, else max(16, C / 32).
+
+    Measured at C = 200 (200-request benchmark streams: 13.5 tokens moved per round on
+    average, at most 16 per stream in rounds 200-400), CPU-µs per stream-round, all rows
+    vs 16 gathered: 1 stream 32.7 vs 39.0 (a lone round is bound by its ~180 XLA thunks,
+    and gathering adds ~25); 16 streams 27.9 vs 21.9; 128 streams 25.0 vs 20.4; 1,024
+    streams 12-24 gathered rows best, 32 no better than all rows (docs/performance.md).
+    """
+    return 0 if streams <= 1 or slots <= 32 else max(16, slots // 32)
 
 
 def from_aep(cfg, streams, keys, decay, *, slots: int | None = None,
@@ -817,7 +822,7 @@ def from_aep(cfg, streams, keys, decay, *, slots: int | None = None,
     the routing seeds (`aep.stream_seed`); decay: scalar or [T]. ITL histogram on
     `config.itl_bin_edges_s` (float32 ticks, as aep.py bins them), completions and queue
     depth per `cfg.bin_ticks` series bin. slots: the concurrency cap C (default R);
-    compact: rows per round on the gathered path (default `default_compact(C)`).
+    compact: rows per round on the gathered path (default `default_compact(C, T)`).
     """
     from moejax.systems.amoe import aep, config
 
@@ -834,7 +839,8 @@ def from_aep(cfg, streams, keys, decay, *, slots: int | None = None,
     spec = Spec(num_blocks=cfg.num_blocks, top_k=cfg.model.top_k, num_ranks=cfg.num_ranks,
                 num_devices=cfg.num_devices, num_units=cfg.num_units,
                 slots=int(slots or r_), requests=r_, sched=sched, lookahead=cfg.lookahead,
-                compact=default_compact(int(slots or r_)) if compact is None else int(compact),
+                compact=(default_compact(int(slots or r_), t_) if compact is None
+                         else int(compact)),
                 tok_bins=1, itl_bins=config.NUM_ITL_BINS,
                 itl_span=len(cs.itl_edges) - config.NUM_ITL_BINS, series=cfg.num_bins)
     st = Stream(arrival=arrival, inp=np.asarray(streams.input_len, np.int32),
