@@ -78,16 +78,21 @@ def _core_runs(kind, top_k):
     return runs
 
 
+COMPACT = 2  # rows per round on the gathered path: tiny, so rounds take both paths
+
+
 def _prepare(runs):
     """(spec, [(consts, stream)]) of the runs, one compilation: shapes padded to the largest
-    (R, C, token bins), scheduler per stream, the closed loop compiled in."""
+    (R, C, token bins), scheduler per stream, the closed loop compiled in, rounds on the
+    gathered rows (`Spec.compact`) or, with more moving rows, all rows."""
     r = max(len(a[0]) for _, _, a, _ in runs)
     c = max(a[33] for _, _, a, _ in runs)  # conc_cap
     tb = max(len(a[31]) for _, _, a, _ in runs)
     prepared = [rounds.prepare(*a[:31], np.zeros(tb, np.int64), *a[32:], sched_per_stream=True,
-                               requests=r, slots=c, closed_spec=True) for _, _, a, _ in runs]
+                               requests=r, slots=c, closed_spec=True, compact=COMPACT)
+                for _, _, a, _ in runs]
     spec = prepared[0][0]
-    assert all(p[0] == spec for p in prepared) and spec.closed
+    assert all(p[0] == spec for p in prepared) and spec.closed and spec.compact == COMPACT
     return spec, [p[1:] for p in prepared]
 
 
@@ -135,6 +140,7 @@ CASES = [("switch", 1, False), ("hierarchical", 2, True)]
 @pytest.mark.parametrize("kind,top_k,batched", CASES)
 def test_rounds_equal_core_and_plain(kind, top_k, batched):
     runs, spec, cs_st, outs = _case(kind, top_k, batched)
+    wide = narrow = 0  # rounds with more / at most COMPACT moving rows (per stream)
     for i, ((fast, slow, args, closed), s) in enumerate(zip(runs, outs, strict=True)):
         got = _result(spec, s, cs_st[i][1], args)
         for k in KEYS + ("n_req", "arrival", "output_len", "exhausted"):
@@ -142,6 +148,8 @@ def test_rounds_equal_core_and_plain(kind, top_k, batched):
                 np.testing.assert_array_equal(fast[k], slow[k], err_msg=f"plain {k}")
             np.testing.assert_array_equal(got[k], fast[k], err_msg=f"rounds {k} run {i}")
         assert int(s.rounds) < int(s.events)  # launches were batched into rounds
+        wide += int(s.wide)
+        narrow += int(s.rounds) - int(s.wide)
         if not closed:
             assert got["tokens_done"].sum() == fast["output_len"].sum()
             continue
@@ -150,6 +158,9 @@ def test_rounds_equal_core_and_plain(kind, top_k, batched):
         arr = np.where(np.arange(got["n_req"]) < N, 0, got["arrival"])
         for t in np.linspace(0, fast["horizon"] - 1, 17).astype(np.int64):
             assert ((arr <= t) & (got["complete"] > t)).sum() == N
+    # both paths ran: the gathered rows (a loop of single streams takes it whenever the
+    # stream's moving rows fit) and the fallback to all rows
+    assert wide > 0 and narrow > 0
     if kind == "hierarchical":  # admissions waited for KV releases (else at arrival)
         assert any((f["admitted"] > a[0][:len(f["admitted"])]).any() for f, _, a, _ in runs)
     # the spread start began requests mid-way (tokens already done, blocks > 0)
@@ -189,12 +200,13 @@ def test_float_arithmetic_jit_equals_nojit_and_core():
     spec = rounds.Spec(num_blocks=5, top_k=1, num_ranks=1, num_devices=2, num_units=4,
                        slots=1, requests=1, sched=0, lookahead=3, tok_bins=1, itl_bins=1)
     q = np.random.default_rng(0).integers(0, 9, (5, 4)).astype(np.int32)
-    on = np.array([[1, 1, 0, 0], [0, 0, 1, 1]], bool)
+    local, _, nloc = rounds.local_units([0, 0, 1, 1], 2)  # GPU 0: units 0, 1; GPU 1: 2, 3
+    qm = np.concatenate([q, np.zeros((5, 1), np.int32)], 1)[:, local].transpose(1, 0, 2)
     sel = functools.partial(rounds._select, spec)
     for decay in (0.3, 0.7, 0.9):
-        a = jax.jit(sel)(q, on, np.float32(decay), one, np.int32(0))
+        a = jax.jit(sel)(qm, nloc, np.float32(decay), one, np.int32(0))
         with jax.disable_jit():
-            b = sel(q, on, np.float32(decay), one, np.int32(0))
+            b = sel(qm, nloc, np.float32(decay), one, np.int32(0))
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
