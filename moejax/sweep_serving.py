@@ -175,7 +175,9 @@ def _aep_compiled(spec):
     from moejax.systems.amoe import rounds
 
     ini = jax.vmap(functools.partial(rounds.init, spec))
-    adv = jax.vmap(functools.partial(rounds.advance, spec), in_axes=(0, 0, 0, None))
+    # named axis: the round loops run on one predicate for every row (`rounds.advance`)
+    adv = jax.vmap(functools.partial(rounds.advance, spec, axis="streams"),
+                   in_axes=(0, 0, 0, None), axis_name="streams")
     return jax.jit(ini), jax.jit(adv, donate_argnums=2)
 
 
