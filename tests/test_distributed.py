@@ -4,7 +4,11 @@ alone writes; bad launches fail in one line with exit code 2.
 
 Every 2-process check shares one launch (`two`: tests/two_process_worker.py runs simulate,
 simulate --stream, --resume, sweep and tune in turn in each process), so the suite pays one
-jax import and one rendezvous per process for all of them."""
+jax import and one rendezvous per process for all of them. The single-process references run
+first, in this process, into a JAX persistent compilation cache of this module's own
+(`compile_cache`); the 2 processes (and the 4-device run) then read their programs from it
+instead of compiling them again, and never write to it (so no process can read a half-written
+entry)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -58,10 +63,34 @@ def _small_parts(mp):
 
 
 @pytest.fixture(scope="module")
-def two(tmp_path_factory):
-    """The 2-process launch, started before the single-process references are made (they
-    run side by side). First, in this process, a streamed run interrupted by Ctrl-C at its
-    2nd part, which the 2 processes then resume. Yields (folder, the 2 Popen)."""
+def compile_cache(tmp_path_factory):
+    """This module's persistent compilation cache: written by this process (the single-process
+    references), read-only for the subprocesses (`_read_cache_env`); off again afterwards."""
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    d = tmp_path_factory.mktemp("jax_cache")
+    keep = jax.config.jax_persistent_cache_min_compile_time_secs
+    cc.set_cache_dir(str(d))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    cc.reset_cache()  # a worker that compiled before has checked "no cache" once for all
+    yield d
+    cc.set_cache_dir(None)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", keep)
+    cc.reset_cache()
+
+
+def _read_cache_env(cache) -> dict:
+    """A subprocess reads `cache` and writes nothing to it (no compile takes 1e9 s)."""
+    return {"JAX_COMPILATION_CACHE_DIR": str(cache),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "1e9"}
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory, compile_cache, single, stream_one, tune_one, sweep_one):
+    """The 2-process launch, started after the single-process references are made (their
+    programs are in `compile_cache` then). First, in this process, a streamed run interrupted
+    by Ctrl-C at its 2nd part, which the 2 processes then resume. Yields (folder, the 2
+    Popen)."""
     d = tmp_path_factory.mktemp("two")
     with pytest.MonkeyPatch.context() as mp:
         _small_parts(mp)
@@ -81,7 +110,8 @@ def two(tmp_path_factory):
         worker = Path(__file__).with_name("two_process_worker.py")
         procs.append(subprocess.Popen(
             [sys.executable, str(worker), str(d / f"plan{r}.json"), str(r)],
-            env={**os.environ, "JAX_PLATFORMS": "cpu"}, stdout=subprocess.PIPE,
+            env={**os.environ, "JAX_PLATFORMS": "cpu", **_read_cache_env(compile_cache)},
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True))
     yield d, procs
     for p in procs:
@@ -90,8 +120,8 @@ def two(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def two_done(two, single, stream_one, tune_one, sweep_one):
-    """The 2-process launch, finished (the references made meanwhile): every run exited 0,
+def two_done(two):
+    """The 2-process launch, finished: every run exited 0,
     process 0 alone wrote."""
     d, procs = two
     res = [p.communicate(timeout=900) for p in procs]  # a loaded machine: minutes
@@ -105,7 +135,7 @@ def two_done(two, single, stream_one, tune_one, sweep_one):
 
 
 @pytest.fixture(scope="module")
-def single(two, tmp_path_factory) -> str:
+def single(compile_cache, tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("single")
     assert main([*ARGS, "--out", str(out)]) == 0
     return (out / "results.csv").read_text()
@@ -130,7 +160,7 @@ def test_two_processes_equal_one_bit_for_bit(single, two_done):
 
 
 @pytest.fixture(scope="module")
-def stream_one(two, tmp_path_factory) -> Path:
+def stream_one(compile_cache, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("stream") / "one"
     with pytest.MonkeyPatch.context() as mp:
         _small_parts(mp)
@@ -163,12 +193,13 @@ def test_two_process_stream_equals_one_and_resumes_a_one_process_run(stream_one,
     assert cut["traces_this_call"] == 37 - 16 and cut["processes"] == 2
 
 
-def test_four_host_devices_equal_one_to_the_last_ulp(single, tmp_path):
+def test_four_host_devices_equal_one_to_the_last_ulp(single, compile_cache, tmp_path):
     """Sharding a chunk over 4 local devices changes the per-device batch shape, and XLA's CPU
     code rounds some sums differently for another shape: equal to float32 rounding, not bit
     for bit (the multi-process split keeps the shapes, and is bit for bit above)."""
     out = tmp_path / "four"
-    p = _cli([*ARGS, "--out", str(out)], {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    p = _cli([*ARGS, "--out", str(out)], {"XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+                                          **_read_cache_env(compile_cache)})
     o, e = p.communicate(timeout=300)
     assert p.returncode == 0, e[-2000:]
     four, one = (np.genfromtxt(io.StringIO(t), delimiter=",", names=True)
@@ -202,7 +233,7 @@ def test_unreachable_coordinator_fails_within_timeout(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tune_one(two, tmp_path_factory) -> Path:
+def tune_one(compile_cache, tmp_path_factory) -> Path:
     """A single-process tune run's folder (shared: its problem stays cached in-process)."""
     out = tmp_path_factory.mktemp("tune") / "one"
     assert main([*TUNE, "--out", str(out)]) == 0
@@ -251,7 +282,7 @@ def test_parallel_open_run_restores_what_the_local_one_does(tune_one):
 
 
 @pytest.fixture(scope="module")
-def sweep_one(two, tmp_path_factory) -> Path:
+def sweep_one(compile_cache, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sweep") / "one"
     assert main([*SWEEP, "--out", str(out)]) == 0
     return out

@@ -94,11 +94,14 @@ def test_per_link_d2d_loads_equal_the_incidence_matrix():
         w = cfg.model.expert_weight_bytes
         flows = np.asarray(layer.d2d_flows(cfg, member, w))  # [E, D, D]
         inc = cfg.topo.incidence()
-        send = np.asarray(layer.expert_demands(cfg, 4.0, tok)[3]) * cfg.link_Bps  # [E, Lk]
+        # jitted: eagerly, expert_demands ran op by op (a compile per primitive and shape)
+        send = np.asarray(jax.jit(lambda t, c=cfg: layer.expert_demands(c, 4.0, t)[3])(
+            tok)) * cfg.link_Bps  # [E, Lk]
         np.testing.assert_allclose(send, np.einsum("esd,sdl->el", flows, inc), rtol=1e-5,
                                    atol=1e-3)
         # the same bytes x hops as the sender accounting, spread over the route's links
-        send_s = np.asarray(layer.expert_demands(snd, 4.0, tok)[3]) * snd.link_Bps
+        send_s = np.asarray(jax.jit(lambda t, c=snd: layer.expert_demands(c, 4.0, t)[3])(
+            tok)) * snd.link_Bps
         np.testing.assert_allclose(send.sum(-1), send_s.sum(-1), rtol=1e-5)
         # ring flows: every trajectory die sends W (|T_e| - 1) / |T_e| to its successor
         n_t = member.sum(-1)

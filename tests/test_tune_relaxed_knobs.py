@@ -3,6 +3,7 @@ trigger alpha (001 Eq. 2) through the gated wafer step, and AEP's decay delta (0
 Algorithm 1) through Gaussian smoothing with an antithetic score-function estimator."""
 
 import dataclasses
+import functools
 import json
 
 import jax
@@ -60,26 +61,38 @@ def test_wafer_gated_step_at_tau_zero_is_the_boolean_path(invasive, kind):
 
 @pytest.fixture(scope="module")
 def forward_of_alpha():
-    """Mean forward time (ms) as a function of (alpha, tau, tau_trigger), all traced, and its
-    jitted gradient in alpha: one compile each serves every temperature below."""
+    """Mean forward time (ms) as a function of (alpha, tau, tau_trigger), all traced, with its
+    gradient in alpha and the per-iteration device loads: one compile (value_and_grad with
+    the loads as aux) serves every temperature below and the loads (three compiles before:
+    the loads' run, f and grad f; the gradient is computed at every call, cheap here)."""
     cfg, sysm, tr = _wafer(True, "topology", iterations=4, traces=2)
     base = wsys.default_params(cfg, alpha=0.0, beta=0.0)
 
     @jax.jit
-    def f(alpha, tau, tau_trigger):
+    @functools.partial(jax.value_and_grad, has_aux=True)
+    def run(alpha, tau, tau_trigger):
         p = base.replace(alpha=alpha, tau=tau, tau_trigger=tau_trigger)
-        return engine.simulate(sysm, p, tr)["forward_s"].mean() * 1e3  # ms
-    return cfg, sysm, tr, f, jax.jit(jax.grad(f))
+        out = engine.simulate(sysm, p, tr)
+        return out["forward_s"].mean() * 1e3, out["per_iteration"]["device_load"]  # ms
+
+    def f(alpha, tau, tau_trigger):
+        return run(alpha, tau, tau_trigger)[0][0]
+
+    def grad_f(alpha, tau, tau_trigger):
+        return run(alpha, tau, tau_trigger)[1]
+
+    def loads(alpha):  # [T, I, D] at the hard layer and the boolean trigger
+        return run(jnp.float32(alpha), jnp.float32(0.0), jnp.float32(0.0))[0][1]
+    return cfg, loads, f, grad_f
 
 
 def test_wafer_relaxed_forward_time_gradient_in_alpha_matches_central_difference(
         forward_of_alpha):
-    cfg, sysm, tr, f, grad_f = forward_of_alpha
+    cfg, loads, f, grad_f = forward_of_alpha
     # alpha near the observed Eq. 2 sums (2 layers; per-iteration loads are layer means),
-    # so the gate is not saturated
-    loads = engine.simulate(sysm, wsys.default_params(cfg, alpha=1e6), tr)["per_iteration"][
-        "device_load"]  # [T, I, D]
-    imb = 2.0 * float(np.median(np.asarray(bal.layer_imbalance(loads))))
+    # so the gate is not saturated; the loads of a run that never triggers (alpha = 1e6:
+    # default_params(cfg, alpha=1e6), as this test ran it before)
+    imb = 2.0 * float(np.median(np.asarray(bal.layer_imbalance(loads(1e6)))))
     a = jnp.float32(imb)
     for tau, tau_trigger in ((0.5, 0.5), (0.0, 0.5)):  # relaxed layer, or hard layer + gate
         t, tt = jnp.float32(tau), jnp.float32(tau_trigger)
@@ -91,7 +104,7 @@ def test_wafer_relaxed_forward_time_gradient_in_alpha_matches_central_difference
 
 
 def test_wafer_relaxed_forward_time_tends_to_hard_as_tau_falls(forward_of_alpha):
-    f = forward_of_alpha[3]
+    f = forward_of_alpha[2]
     alpha = jnp.float32(2.0)
 
     def ms(tau):
