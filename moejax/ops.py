@@ -47,7 +47,8 @@ def bincount(keys: jax.Array, weights: jax.Array, length: int) -> jax.Array:
 
     Same as `jnp.zeros(length).at[keys].add(weights, mode="drop")` (keys and weights of one
     shape), with a fast batched form under `vmap`. Boolean weights (a mask) give integer
-    counts: int16 when there are fewer than 2**15 keys (no bin can overflow), else int32;
+    counts: on CPU int16 when there are fewer than 2**15 keys (no bin can overflow), else
+    int32 (and int32 on accelerators: `_narrow_counts`);
     integer weights sum as int32. XLA's CPU scatter adds integers ~1.4x faster than
     float32 (1.1 vs 1.5 us per 2048 keys, measured) and the histogram is memory-bound, so
     pass the mask, not its float. Not differentiable in `weights` (use it for counts derived
