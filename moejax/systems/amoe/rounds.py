@@ -461,7 +461,7 @@ def _all(x, axis):
     return x if axis is None else ~jax.lax.pmax(~x, axis)
 
 
-def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, go, start):
+def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end):
     """Dispatcher (§3.2) and token pool on rows `r` (slot fields by name, [N] / [N, K]).
 
     Returns (updated fields, accumulator increments, closed-loop stream update).
@@ -519,7 +519,7 @@ def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, go, s
 def _moves_full(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis):
     """`_moves` on all C rows."""
     r = {f: getattr(s, f) for f in ROWS}
-    upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch, gpu, is_att, end, go, start)
+    upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch, gpu, is_att, end)
     sub = (_resubmit(spec, s, fin & st.closed, t_m, go, start, gpu, exp_mv, r["req"])
            if spec.closed else {})
     return upd, acc, sub
@@ -536,7 +536,7 @@ def _moves_compact(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis):
         valid = idx < c_
         r = {f: getattr(s, f)[idx] for f in ROWS}
         upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch[idx] & valid[:, None],
-                                            gpu[idx], is_att, end, go, start)
+                                            gpu[idx], is_att, end)
         upd = {f: getattr(s, f).at[idx].set(v, mode="drop") for f, v in upd.items()}
         sub = (_resubmit(spec, s, fin & valid & st.closed, t_m, go, start, gpu[idx], exp_mv,
                          r["req"]) if spec.closed else {})
