@@ -214,7 +214,9 @@ def rounds_vs_all(args) -> None:
          "(whole stream)")
     for n in (1, t_) if t_ > 1 else (1,):
         spec, cs, rst = rounds.from_aep(cfg, one if n == 1 else st, keys[:n], decay)
-        ini, adv = rounds.compiled(spec, batched=True)
+        ini, adv = rounds.compiled(spec, batched=n > 1)  # one stream: its own compilation
+        if n == 1:
+            rst = jax.tree_util.tree_map(lambda x: x[0], rst)
         s = adv(cs, rst, ini(rst), args.chunk_rounds)  # compile + warm-up chunk
         jax.block_until_ready(s)
         e0, r0 = int(np.asarray(s.events).sum()), int(np.asarray(s.rounds).max())

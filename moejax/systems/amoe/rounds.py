@@ -461,7 +461,7 @@ def _all(x, axis):
     return x if axis is None else ~jax.lax.pmax(~x, axis)
 
 
-def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end):
+def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, axis=None):
     """Dispatcher (§3.2) and token pool on rows `r` (slot fields by name, [N] / [N, K]).
 
     Returns (updated fields, accumulator increments, closed-loop stream update).
@@ -496,15 +496,26 @@ def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end):
     fin = emit & (done >= r["outl"])
     requeue = merge & ~fin
     kz = (jnp.arange(k_) == 0)[None, :]
-    acc = dict(
-        itl_hist=_bins(_itl_bin(spec, cs, itl), has_itl.astype(I32), spec.itl_bins),
-        tok_bins=_bins(jnp.where(emit, t_m // cs.bin_ticks, spec.tok_bins), emit.astype(I32),
-                       spec.tok_bins),
-        finished=fin.sum(dtype=I32), itl_sum=jnp.where(has_itl, itl, 0).sum(dtype=I32),
-        itl_n=has_itl.sum(dtype=I32))
-    if spec.series:
-        sb = jnp.clip(t_m // cs.series_ticks, 0, spec.series - 1)
-        acc["done_bins"] = _bins(sb, fin.astype(I32), spec.series)
+
+    def stats(_):
+        acc = dict(
+            itl_hist=_bins(_itl_bin(spec, cs, itl), has_itl.astype(I32), spec.itl_bins),
+            tok_bins=_bins(jnp.where(emit, t_m // cs.bin_ticks, spec.tok_bins),
+                           emit.astype(I32), spec.tok_bins),
+            finished=fin.sum(dtype=I32), itl_sum=jnp.where(has_itl, itl, 0).sum(dtype=I32),
+            itl_n=has_itl.sum(dtype=I32))
+        if spec.series:
+            sb = jnp.clip(t_m // cs.series_ticks, 0, spec.series - 1)
+            acc["done_bins"] = _bins(sb, fin.astype(I32), spec.series)
+        return acc
+
+    def none(_):  # no emission: every increment is 0
+        return jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(stats, None))
+
+    # one stream: a token is emitted in about one merge of NB (a request's last block), so
+    # most rounds emit none and the cond skips the ITL / token / completion histograms. A
+    # batch (`axis`) has some stream emitting in most rounds: no cond
+    acc = stats(None) if axis is not None else jax.lax.cond(emit.any(), stats, none, None)
     upd = dict(
         block=jnp.where(merge, jnp.where(r["block"] == nb - 1, 0, r["block"] + 1), r["block"]),
         done=done, phase=jnp.where(fin, 2, jnp.where(merge, 0, phase)),
@@ -519,7 +530,7 @@ def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end):
 def _moves_full(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis):
     """`_moves` on all C rows."""
     r = {f: getattr(s, f) for f in ROWS}
-    upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch, gpu, is_att, end)
+    upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch, gpu, is_att, end, axis)
     sub = (_resubmit(spec, s, fin & st.closed, t_m, go, start, gpu, exp_mv, r["req"])
            if spec.closed else {})
     return upd, acc, sub
@@ -536,7 +547,7 @@ def _moves_compact(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis):
         valid = idx < c_
         r = {f: getattr(s, f)[idx] for f in ROWS}
         upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch[idx] & valid[:, None],
-                                            gpu[idx], is_att, end)
+                                            gpu[idx], is_att, end, axis)
         upd = {f: getattr(s, f).at[idx].set(v, mode="drop") for f, v in upd.items()}
         sub = (_resubmit(spec, s, fin & valid & st.closed, t_m, go, start, gpu[idx], exp_mv,
                          r["req"]) if spec.closed else {})
