@@ -453,6 +453,7 @@ def _bins(idx, w, n: int):
 
 ROWS = ("req", "rank", "block", "done", "outl", "phase", "release", "last", "first", "unit",
         "sstate", "ready")  # the slot fields a round reads per row
+ACC = ("finished", "itl_sum", "itl_n", "tok_bins", "itl_hist")  # `_moves` accumulators
 UPDATED = ("block", "done", "phase", "release", "last", "first", "unit", "sstate", "ready")
 
 
@@ -461,10 +462,11 @@ def _all(x, axis):
     return x if axis is None else ~jax.lax.pmax(~x, axis)
 
 
-def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, axis=None):
+def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, acc0, axis=None):
     """Dispatcher (§3.2) and token pool on rows `r` (slot fields by name, [N] / [N, K]).
 
-    Returns (updated fields, accumulator increments, closed-loop stream update).
+    acc0: the accumulators (`ACC`) before the round. Returns (updated fields, updated
+    accumulators, fin, merge ticks, expert moves).
     """
     a_, d_, k_, nb = spec.num_ranks, spec.num_devices, spec.top_k, spec.num_blocks
     # attention -> the K routed experts; expert -> the request's rank. Optimization
@@ -498,7 +500,7 @@ def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, axis=
     kz = (jnp.arange(k_) == 0)[None, :]
 
     def stats(_):
-        acc = dict(
+        inc = dict(
             itl_hist=_bins(_itl_bin(spec, cs, itl), has_itl.astype(I32), spec.itl_bins),
             tok_bins=_bins(jnp.where(emit, t_m // cs.bin_ticks, spec.tok_bins),
                            emit.astype(I32), spec.tok_bins),
@@ -506,11 +508,11 @@ def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, axis=
             itl_n=has_itl.sum(dtype=I32))
         if spec.series:
             sb = jnp.clip(t_m // cs.series_ticks, 0, spec.series - 1)
-            acc["done_bins"] = _bins(sb, fin.astype(I32), spec.series)
-        return acc
+            inc["done_bins"] = _bins(sb, fin.astype(I32), spec.series)
+        return {k: acc0[k] + v for k, v in inc.items()}
 
     def none(_):  # no emission: every increment is 0
-        return jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(stats, None))
+        return acc0
 
     # one stream: a token is emitted in about one merge of NB (a request's last block), so
     # most rounds emit none and the cond skips the ITL / token / completion histograms. A
@@ -527,10 +529,16 @@ def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, axis=
     return upd, acc, fin, t_m, exp_mv
 
 
+def _acc0(spec: Spec, s: State):
+    """The accumulators `_moves` updates, before the round."""
+    return {k: getattr(s, k) for k in ACC + (("done_bins",) if spec.series else ())}
+
+
 def _moves_full(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis):
     """`_moves` on all C rows."""
     r = {f: getattr(s, f) for f in ROWS}
-    upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch, gpu, is_att, end, axis)
+    upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch, gpu, is_att, end,
+                                        _acc0(spec, s), axis)
     sub = (_resubmit(spec, s, fin & st.closed, t_m, go, start, gpu, exp_mv, r["req"])
            if spec.closed else {})
     return upd, acc, sub
@@ -547,7 +555,7 @@ def _moves_compact(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis):
         valid = idx < c_
         r = {f: getattr(s, f)[idx] for f in ROWS}
         upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch[idx] & valid[:, None],
-                                            gpu[idx], is_att, end, axis)
+                                            gpu[idx], is_att, end, _acc0(spec, s), axis)
         upd = {f: getattr(s, f).at[idx].set(v, mode="drop") for f, v in upd.items()}
         sub = (_resubmit(spec, s, fin & valid & st.closed, t_m, go, start, gpu[idx], exp_mv,
                          r["req"]) if spec.closed else {})
@@ -607,23 +615,25 @@ def _round(spec: Spec, cs: Consts, st: Stream, limit, axis, s: State) -> State:
     upd, acc, sub = moved(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis)
     wide = s.wide + (batch.any(1).sum() > spec.compact) if gather else s.wide
     new = s.replace(
-        **upd, wide=wide,
+        **upd, **acc, wide=wide,
         gpu_free=jnp.where(go, end, s.gpu_free), busy=s.busy + gi * dur,
         execs=s.execs + gi, ntok=s.ntok + gi * n,
         clock=jnp.maximum(s.clock, jnp.where(go, start, 0).max()),
         events=s.events + gi.sum(),
-        rounds=s.rounds + live, finished=s.finished + acc["finished"],
-        itl_sum=s.itl_sum + acc["itl_sum"], itl_n=s.itl_n + acc["itl_n"],
-        tok_bins=s.tok_bins + acc["tok_bins"], itl_hist=s.itl_hist + acc["itl_hist"],
-    )
+        rounds=s.rounds + live)
     if spec.series:  # aep.metrics' series: completions per bin, queue depth at unit 0's GPU
         g0 = cs.gpu_of_unit[0]
         sample = go[g0]
         qb = jnp.clip(start[g0] // cs.series_ticks, 0, spec.series - 1)
-        new = new.replace(
-            done_bins=s.done_bins + acc["done_bins"],
-            qdepth=s.qdepth.at[qb].add(jnp.where(sample, qm[g0, :, cs.lslot[0]], 0).astype(F32)),
-            qdepth_n=s.qdepth_n.at[qb].add(sample.astype(I32)))
+
+        def depth(_):
+            return (s.qdepth.at[qb].add(jnp.where(sample, qm[g0, :, cs.lslot[0]], 0).astype(F32)),
+                    s.qdepth_n.at[qb].add(sample.astype(I32)))
+
+        # one stream: no sample (unit 0's GPU does not launch) skips the scatters
+        qd = (depth(None) if axis is not None else
+              jax.lax.cond(sample, depth, lambda _: (s.qdepth, s.qdepth_n), None))
+        new = new.replace(qdepth=qd[0], qdepth_n=qd[1])
     if spec.closed:  # each completion submits the next request at once (core's order)
         new = new.replace(**sub)
     # a deadlock (nothing to launch, nobody fits) or a full slot table stops the stream
