@@ -361,8 +361,10 @@ def _head(spec: Spec, cs: Consts, st: Stream, s: State):
     free = cs.kvcap - used
     best = _first_max(free)
     fits = free[best] >= st.inp[hol] + st.outl[hol]
-    slot = _first_max((~holding).astype(I32))
-    has_slot = (~holding).any()
+    # the first free slot as one reduction (C: none free)
+    first = jnp.where(holding, spec.slots, jnp.arange(spec.slots, dtype=I32)).min()
+    has_slot = first < spec.slots
+    slot = jnp.where(has_slot, first, 0)
     t_adm = jnp.where(valid & fits, t_a, BIG)
     return t_adm, best, slot, has_slot, valid & ~fits, t_a
 
