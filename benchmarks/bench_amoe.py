@@ -14,7 +14,8 @@ stream (default 4,096), and both events/s and their ratio are printed from the o
     python benchmarks/bench_amoe.py --core --requests 2000 --events 4096
 
 With `--rounds`, one run times the exact CPU core (whole stream), the JAX simulation in
-rounds (`systems/amoe/rounds.py`, the accelerator path) on 1 and `--batch` streams over
+rounds (`systems/amoe/rounds.py`, the accelerator path) on 1 stream (its one-stream
+compilation, no vmap) and `--batch` streams over
 `--chunk-rounds` rounds, and the old one-event-per-step scan path over `--events` events,
 all on stream 0 of the same batch, and prints each one's ratio to the old path:
 
