@@ -34,7 +34,10 @@ on a predicate shared by all streams: under vmap with `axis_name`, `lax.pmax` ov
 stream axis keeps it one branch instead of a select that runs both). The round and
 admission loops take their predicates the same way and gate each stream's updates, so
 vmap does not select the whole State per iteration. Schedulers score each GPU's local
-queues only ([D, NB, L]); small scatters over D are one-hot reductions.
+queues only ([D, NB, L]); small scatters over D are one-hot reductions. One stream (no vmap
+axis): `lax.cond`s skip the ITL / token / completion histograms in rounds that emit nothing
+and the queue-depth sample when unit 0's GPU does not launch; its round is bound by its
+~110 XLA:CPU thunks at C = 200 (docs/reproduction/amoe.md, "One stream").
 
 The closed loop (`Spec.closed`: each completion submits the next request at once, until
 the first event at or after `Stream.horizon`) numbers the resubmissions in the core's
