@@ -14,7 +14,8 @@ stream (default 4,096), and both events/s and their ratio are printed from the o
     python benchmarks/bench_amoe.py --core --requests 2000 --events 4096
 
 With `--rounds`, one run times the exact CPU core (whole stream), the JAX simulation in
-rounds (`systems/amoe/rounds.py`, the accelerator path) on 1 and `--batch` streams over
+rounds (`systems/amoe/rounds.py`, the accelerator path) on 1 stream (its one-stream
+compilation, no vmap) and `--batch` streams over
 `--chunk-rounds` rounds, and the old one-event-per-step scan path over `--events` events,
 all on stream 0 of the same batch, and prints each one's ratio to the old path:
 
@@ -214,7 +215,9 @@ def rounds_vs_all(args) -> None:
          "(whole stream)")
     for n in (1, t_) if t_ > 1 else (1,):
         spec, cs, rst = rounds.from_aep(cfg, one if n == 1 else st, keys[:n], decay)
-        ini, adv = rounds.compiled(spec, batched=True)
+        ini, adv = rounds.compiled(spec, batched=n > 1)  # one stream: its own compilation
+        if n == 1:
+            rst = jax.tree_util.tree_map(lambda x: x[0], rst)
         s = adv(cs, rst, ini(rst), args.chunk_rounds)  # compile + warm-up chunk
         jax.block_until_ready(s)
         e0, r0 = int(np.asarray(s.events).sum()), int(np.asarray(s.rounds).max())

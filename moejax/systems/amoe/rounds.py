@@ -34,7 +34,10 @@ on a predicate shared by all streams: under vmap with `axis_name`, `lax.pmax` ov
 stream axis keeps it one branch instead of a select that runs both). The round and
 admission loops take their predicates the same way and gate each stream's updates, so
 vmap does not select the whole State per iteration. Schedulers score each GPU's local
-queues only ([D, NB, L]); small scatters over D are one-hot reductions.
+queues only ([D, NB, L]); small scatters over D are one-hot reductions. One stream (no vmap
+axis): `lax.cond`s skip the ITL / token / completion histograms in rounds that emit nothing
+and the queue-depth sample when unit 0's GPU does not launch; its round is bound by its
+~110 XLA:CPU thunks at C = 200 (docs/reproduction/amoe.md, "One stream").
 
 The closed loop (`Spec.closed`: each completion submits the next request at once, until
 the first event at or after `Stream.horizon`) numbers the resubmissions in the core's
@@ -361,8 +364,10 @@ def _head(spec: Spec, cs: Consts, st: Stream, s: State):
     free = cs.kvcap - used
     best = _first_max(free)
     fits = free[best] >= st.inp[hol] + st.outl[hol]
-    slot = _first_max((~holding).astype(I32))
-    has_slot = (~holding).any()
+    # the first free slot as one reduction (C: none free)
+    first = jnp.where(holding, spec.slots, jnp.arange(spec.slots, dtype=I32)).min()
+    has_slot = first < spec.slots
+    slot = jnp.where(has_slot, first, 0)
     t_adm = jnp.where(valid & fits, t_a, BIG)
     return t_adm, best, slot, has_slot, valid & ~fits, t_a
 
@@ -453,6 +458,7 @@ def _bins(idx, w, n: int):
 
 ROWS = ("req", "rank", "block", "done", "outl", "phase", "release", "last", "first", "unit",
         "sstate", "ready")  # the slot fields a round reads per row
+ACC = ("finished", "itl_sum", "itl_n", "tok_bins", "itl_hist")  # `_moves` accumulators
 UPDATED = ("block", "done", "phase", "release", "last", "first", "unit", "sstate", "ready")
 
 
@@ -461,10 +467,11 @@ def _all(x, axis):
     return x if axis is None else ~jax.lax.pmax(~x, axis)
 
 
-def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end):
+def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, acc0, axis=None):
     """Dispatcher (§3.2) and token pool on rows `r` (slot fields by name, [N] / [N, K]).
 
-    Returns (updated fields, accumulator increments, closed-loop stream update).
+    acc0: the accumulators (`ACC`) before the round. Returns (updated fields, updated
+    accumulators, fin, merge ticks, expert moves).
     """
     a_, d_, k_, nb = spec.num_ranks, spec.num_devices, spec.top_k, spec.num_blocks
     # attention -> the K routed experts; expert -> the request's rank. Optimization
@@ -496,15 +503,26 @@ def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end):
     fin = emit & (done >= r["outl"])
     requeue = merge & ~fin
     kz = (jnp.arange(k_) == 0)[None, :]
-    acc = dict(
-        itl_hist=_bins(_itl_bin(spec, cs, itl), has_itl.astype(I32), spec.itl_bins),
-        tok_bins=_bins(jnp.where(emit, t_m // cs.bin_ticks, spec.tok_bins), emit.astype(I32),
-                       spec.tok_bins),
-        finished=fin.sum(dtype=I32), itl_sum=jnp.where(has_itl, itl, 0).sum(dtype=I32),
-        itl_n=has_itl.sum(dtype=I32))
-    if spec.series:
-        sb = jnp.clip(t_m // cs.series_ticks, 0, spec.series - 1)
-        acc["done_bins"] = _bins(sb, fin.astype(I32), spec.series)
+
+    def stats(_):
+        inc = dict(
+            itl_hist=_bins(_itl_bin(spec, cs, itl), has_itl.astype(I32), spec.itl_bins),
+            tok_bins=_bins(jnp.where(emit, t_m // cs.bin_ticks, spec.tok_bins),
+                           emit.astype(I32), spec.tok_bins),
+            finished=fin.sum(dtype=I32), itl_sum=jnp.where(has_itl, itl, 0).sum(dtype=I32),
+            itl_n=has_itl.sum(dtype=I32))
+        if spec.series:
+            sb = jnp.clip(t_m // cs.series_ticks, 0, spec.series - 1)
+            inc["done_bins"] = _bins(sb, fin.astype(I32), spec.series)
+        return {k: acc0[k] + v for k, v in inc.items()}
+
+    def none(_):  # no emission: every increment is 0
+        return acc0
+
+    # one stream: a token is emitted in about one merge of NB (a request's last block), so
+    # most rounds emit none and the cond skips the ITL / token / completion histograms. A
+    # batch (`axis`) has some stream emitting in most rounds: no cond
+    acc = stats(None) if axis is not None else jax.lax.cond(emit.any(), stats, none, None)
     upd = dict(
         block=jnp.where(merge, jnp.where(r["block"] == nb - 1, 0, r["block"] + 1), r["block"]),
         done=done, phase=jnp.where(fin, 2, jnp.where(merge, 0, phase)),
@@ -516,10 +534,16 @@ def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end):
     return upd, acc, fin, t_m, exp_mv
 
 
+def _acc0(spec: Spec, s: State):
+    """The accumulators `_moves` updates, before the round."""
+    return {k: getattr(s, k) for k in ACC + (("done_bins",) if spec.series else ())}
+
+
 def _moves_full(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis):
     """`_moves` on all C rows."""
     r = {f: getattr(s, f) for f in ROWS}
-    upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch, gpu, is_att, end)
+    upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch, gpu, is_att, end,
+                                        _acc0(spec, s), axis)
     sub = (_resubmit(spec, s, fin & st.closed, t_m, go, start, gpu, exp_mv, r["req"])
            if spec.closed else {})
     return upd, acc, sub
@@ -536,7 +560,7 @@ def _moves_compact(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis):
         valid = idx < c_
         r = {f: getattr(s, f)[idx] for f in ROWS}
         upd, acc, fin, t_m, exp_mv = _moves(spec, cs, st, r, batch[idx] & valid[:, None],
-                                            gpu[idx], is_att, end)
+                                            gpu[idx], is_att, end, _acc0(spec, s), axis)
         upd = {f: getattr(s, f).at[idx].set(v, mode="drop") for f, v in upd.items()}
         sub = (_resubmit(spec, s, fin & valid & st.closed, t_m, go, start, gpu[idx], exp_mv,
                          r["req"]) if spec.closed else {})
@@ -596,23 +620,25 @@ def _round(spec: Spec, cs: Consts, st: Stream, limit, axis, s: State) -> State:
     upd, acc, sub = moved(spec, cs, st, s, batch, gpu, is_att, end, go, start, axis)
     wide = s.wide + (batch.any(1).sum() > spec.compact) if gather else s.wide
     new = s.replace(
-        **upd, wide=wide,
+        **upd, **acc, wide=wide,
         gpu_free=jnp.where(go, end, s.gpu_free), busy=s.busy + gi * dur,
         execs=s.execs + gi, ntok=s.ntok + gi * n,
         clock=jnp.maximum(s.clock, jnp.where(go, start, 0).max()),
         events=s.events + gi.sum(),
-        rounds=s.rounds + live, finished=s.finished + acc["finished"],
-        itl_sum=s.itl_sum + acc["itl_sum"], itl_n=s.itl_n + acc["itl_n"],
-        tok_bins=s.tok_bins + acc["tok_bins"], itl_hist=s.itl_hist + acc["itl_hist"],
-    )
+        rounds=s.rounds + live)
     if spec.series:  # aep.metrics' series: completions per bin, queue depth at unit 0's GPU
         g0 = cs.gpu_of_unit[0]
         sample = go[g0]
         qb = jnp.clip(start[g0] // cs.series_ticks, 0, spec.series - 1)
-        new = new.replace(
-            done_bins=s.done_bins + acc["done_bins"],
-            qdepth=s.qdepth.at[qb].add(jnp.where(sample, qm[g0, :, cs.lslot[0]], 0).astype(F32)),
-            qdepth_n=s.qdepth_n.at[qb].add(sample.astype(I32)))
+
+        def depth(_):
+            return (s.qdepth.at[qb].add(jnp.where(sample, qm[g0, :, cs.lslot[0]], 0).astype(F32)),
+                    s.qdepth_n.at[qb].add(sample.astype(I32)))
+
+        # one stream: no sample (unit 0's GPU does not launch) skips the scatters
+        qd = (depth(None) if axis is not None else
+              jax.lax.cond(sample, depth, lambda _: (s.qdepth, s.qdepth_n), None))
+        new = new.replace(qdepth=qd[0], qdepth_n=qd[1])
     if spec.closed:  # each completion submits the next request at once (core's order)
         new = new.replace(**sub)
     # a deadlock (nothing to launch, nobody fits) or a full slot table stops the stream
