@@ -17,7 +17,9 @@ With `--rounds`, one run times the exact CPU core (whole stream), the JAX simula
 rounds (`systems/amoe/rounds.py`, the accelerator path) on 1 stream (its one-stream
 compilation, no vmap) and `--batch` streams over
 `--chunk-rounds` rounds, and the old one-event-per-step scan path over `--events` events,
-all on stream 0 of the same batch, and prints each one's ratio to the old path:
+all on stream 0 of the same batch, and prints each one's ratio to the old path;
+`--repeats N` times N consecutive windows of each (the core: N whole streams) and compares
+median rates (one short window moves ~1.5x on a shared machine):
 
     python benchmarks/bench_amoe.py --rounds --requests 2000 --batch 64 --device cpu
 
@@ -62,6 +64,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64, help="streams of the batched rounds run")
     ap.add_argument("--chunk-rounds", type=int, default=2000,
                     help="rounds timed per rounds run (after a warm-up chunk as long)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="--rounds: time this many windows per path (the core: whole "
+                         "streams) and compare median rates")
     _device.add_argument(ap)
     args = ap.parse_args()
     _device.select(args.device)
@@ -199,20 +204,36 @@ def rounds_vs_all(args) -> None:
     print(f"backend: {jax.default_backend()}; {args.requests}-request medium streams at "
           f"{args.rate}/s, {args.policy}, top-{args.top_k}, a100x8-nvswitch")
     rates = {}
+    reps = max(int(args.repeats), 1)
 
-    def show(name, ev, dt, ct, note=""):
-        rates[name] = (ev / dt, ev / ct)
+    def show(name, runs, note=""):
+        """runs: [(events, wall s, CPU-s)] of `reps` windows; the median rate of each."""
+        w = np.median([ev / dt for ev, dt, _ in runs])
+        c = np.median([ev / ct for ev, _, ct in runs])
+        rates[name] = (w, c)
+        ev, dt, ct = (sum(x) for x in zip(*runs, strict=True))
+        spread = ""
+        if len(runs) > 1:
+            lo, hi = min(e / t for e, _, t in runs), max(e / t for e, _, t in runs)
+            spread = f" (median of {len(runs)}; per CPU-s {lo:.0f}-{hi:.0f})"
         print(f"{name:16s} {ev:9d} events {dt:8.2f} s wall {ct:8.2f} CPU-s: "
-              f"{ev / dt:10.0f} events/s wall {ev / ct:10.0f} per CPU-s {note}")
+              f"{w:10.0f} events/s wall {c:10.0f} per CPU-s {note}{spread}")
+
+    def timed(fn, *a):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn(*a)
+        jax.block_until_ready(out)
+        return out, time.perf_counter() - t0, time.process_time() - c0
 
     one = jax.tree_util.tree_map(lambda x: x[:1], st)
     arr = [np.asarray(x[0]) for x in (st.arrival_s, st.input_len, st.output_len)]
     seed = int(aep.stream_seed(keys[0]))
     steady.run_open(cfg, *[a[:20] for a in arr], seed)  # compile (or load the cache)
-    t0, c0 = time.perf_counter(), time.process_time()
-    res = steady.run_open(cfg, *arr, seed, decay)
-    show("cpu core", int(res["events"]), time.perf_counter() - t0, time.process_time() - c0,
-         "(whole stream)")
+    runs = []
+    for _ in range(reps):
+        res, dt, ct = timed(steady.run_open, cfg, *arr, seed, decay)
+        runs.append((int(res["events"]), dt, ct))
+    show("cpu core", runs, "(whole stream)")
     for n in (1, t_) if t_ > 1 else (1,):
         spec, cs, rst = rounds.from_aep(cfg, one if n == 1 else st, keys[:n], decay)
         ini, adv = rounds.compiled(spec, batched=n > 1)  # one stream: its own compilation
@@ -220,25 +241,27 @@ def rounds_vs_all(args) -> None:
             rst = jax.tree_util.tree_map(lambda x: x[0], rst)
         s = adv(cs, rst, ini(rst), args.chunk_rounds)  # compile + warm-up chunk
         jax.block_until_ready(s)
-        e0, r0 = int(np.asarray(s.events).sum()), int(np.asarray(s.rounds).max())
-        t0, c0 = time.perf_counter(), time.process_time()
-        s = adv(cs, rst, s, r0 + args.chunk_rounds)
-        jax.block_until_ready(s)
-        dt, ct = time.perf_counter() - t0, time.process_time() - c0
-        ev = int(np.asarray(s.events).sum()) - e0
-        r = int(np.asarray(s.rounds).max()) - r0
-        show(f"rounds x{n}", ev, dt, ct, f"({r} rounds, {ev / max(r, 1) / n:.1f} events per "
+        runs, r = [], 0
+        for _ in range(reps):  # consecutive windows of the same streams
+            e0, r0 = int(np.asarray(s.events).sum()), int(np.asarray(s.rounds).max())
+            s, dt, ct = timed(adv, cs, rst, s, r0 + args.chunk_rounds)
+            runs.append((int(np.asarray(s.events).sum()) - e0, dt, ct))
+            r += int(np.asarray(s.rounds).max()) - r0
+        ev = sum(x[0] for x in runs)
+        show(f"rounds x{n}", runs, f"({r} rounds, {ev / max(r, 1) / n:.1f} events per "
              f"round per stream, C = {spec.slots})")
     m = int(args.events or 4096)
     init, step_chunk, _ = runner._compiled(system, m)
     state, _ = step_chunk(params, init(params, one, keys[:1]))  # compile + first chunk
     jax.block_until_ready(state)
-    e0 = int(np.asarray(state.events).sum())
-    t0, c0 = time.perf_counter(), time.process_time()
-    state, _ = step_chunk(params, state)
-    jax.block_until_ready(state)
-    show("old scan path", int(np.asarray(state.events).sum()) - e0, time.perf_counter() - t0,
-         time.process_time() - c0, f"(events {e0}-{e0 + m})")
+    e0 = e_start = int(np.asarray(state.events).sum())
+    runs = []
+    for _ in range(reps):  # consecutive chunks of the same stream
+        (state, _), dt, ct = timed(step_chunk, params, state)
+        e1 = int(np.asarray(state.events).sum())
+        runs.append((e1 - e0, dt, ct))
+        e0 = e1
+    show("old scan path", runs, f"(events {e_start}-{e0})")
     old = rates["old scan path"]
     for name, (w, c) in rates.items():
         if name != "old scan path":
