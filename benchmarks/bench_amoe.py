@@ -64,6 +64,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64, help="streams of the batched rounds run")
     ap.add_argument("--chunk-rounds", type=int, default=2000,
                     help="rounds timed per rounds run (after a warm-up chunk as long)")
+    ap.add_argument("--whole", action="store_true",
+                    help="--rounds: also run the old path and the rounds path on one stream "
+                         "over the WHOLE stream (no windows; the old path takes ~40 s at 200 "
+                         "requests)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="--rounds: time this many windows per path (the core: whole "
                          "streams) and compare median rates")
@@ -266,6 +270,39 @@ def rounds_vs_all(args) -> None:
     for name, (w, c) in rates.items():
         if name != "old scan path":
             print(f"{name:16s} / old scan path: {w / old[0]:8.1f}x wall {c / old[1]:8.1f}x CPU")
+    if args.whole:
+        whole(args, rates, system, params, cfg, one, keys, decay)
+
+
+def whole(args, rates, system, params, cfg, one, keys, decay) -> None:
+    """Stream 0 start to end on the old scan path and on the rounds path (one-stream
+    compilation), compile excluded: no window, so no choice of where in the stream to time."""
+    from moejax.systems.amoe import rounds
+
+    spec, cs, rst = rounds.from_aep(cfg, one, keys[:1], decay)
+    rst = jax.tree_util.tree_map(lambda x: x[0], rst)
+    ini, adv = rounds.compiled(spec)
+    jax.block_until_ready(adv(cs, rst, ini(rst), 10))  # compile
+    t0, c0 = time.perf_counter(), time.process_time()
+    s = jax.block_until_ready(adv(cs, rst, ini(rst), 2**30))
+    dt, ct = time.perf_counter() - t0, time.process_time() - c0
+    ev_r = int(s.events)
+    print(f"rounds x1 whole  {ev_r:9d} events {dt:8.2f} s wall {ct:8.2f} CPU-s: "
+          f"{ev_r / dt:10.0f} events/s wall {ev_r / ct:10.0f} per CPU-s "
+          f"({int(s.rounds)} rounds)")
+    warm_up(system, params, one, args.chunk)
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = jax.block_until_ready(
+        runner.run_streams(system, params, one, keys=keys[:1], chunk_steps=args.chunk,
+                           backend="scan"))
+    odt, oct_ = time.perf_counter() - t0, time.process_time() - c0
+    ev_o = int(np.sum(out["events"]))
+    print(f"old path whole   {ev_o:9d} events {odt:8.2f} s wall {oct_:8.2f} CPU-s: "
+          f"{ev_o / odt:10.0f} events/s wall {ev_o / oct_:10.0f} per CPU-s")
+    core = rates["cpu core"]
+    print(f"whole stream, rounds x1 / old: {ev_r / dt / (ev_o / odt):6.1f}x wall "
+          f"{ev_r / ct / (ev_o / oct_):6.1f}x CPU; cpu core / old: {core[0] / (ev_o / odt):6.1f}x "
+          f"wall {core[1] / (ev_o / oct_):6.1f}x CPU (same events: {ev_r == ev_o})")
 
 
 def warm_up(system, params, st, chunk: int) -> None:
