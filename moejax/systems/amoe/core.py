@@ -173,6 +173,10 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
     tail = np.full((nb_, u_n), -1, np.int64)
     qc = np.zeros((nb_, u_n), np.int64)
     qtot = np.zeros(d_, np.int64)
+    # gq[g, b]: ready tokens in GPU g's local queues of block b (the sum of qc[b, u] over
+    # g's units), kept as queues grow and drain. Integer, so it equals the per-event re-sum
+    # in any order; a block with gq = 0 holds no token and the schedulers skip it.
+    gq = np.zeros((d_, nb_), np.int64)
     cap = conc_cap * k_ + 16
     hk = np.zeros((d_, cap), np.int64)
     hv = np.zeros((d_, cap), np.int64)
@@ -196,7 +200,6 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
     draws = np.zeros(4 * k_, np.int64)
     cnt = np.zeros(d_, np.int64)
     xfer = np.zeros(d_, np.int64)
-    total = np.zeros(nb_, np.float32)
     fin = np.zeros(conc_cap * k_ + 16, np.int64)  # requests completed by one launch
     nfin = 0
     n_req = n_req0
@@ -279,12 +282,15 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                 head[b, u] = sl
             tail[b, u] = sl
             qc[b, u] += 1
+            gq[g, b] += 1
             qtot[g] += 1
         nl = nloc[g]
         b_sel = -1
         u_sel = -1
         if sched == 2:  # FLFS: the first block with a ready token, its fullest queue
             for b in range(nb_):
+                if gq[g, b] == 0:
+                    continue
                 most = 0
                 for j in range(nl):
                     u = local[g, j]
@@ -297,6 +303,8 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
         elif sched == 1:  # MTFS: the fullest queue
             most = 0
             for b in range(nb_):
+                if gq[g, b] == 0:
+                    continue
                 for j in range(nl):
                     u = local[g, j]
                     if qc[b, u] > most:
@@ -304,19 +312,18 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                         b_sel = b
                         u_sel = u
         else:  # Algorithm 1 (§3.4), float32 in the reference's order
+            # Only blocks holding a token can be chosen, so only their lookahead sums are
+            # computed (the same float32 sequence as the reference's, from the exact totals)
             n_e = F32(nl)
-            for b in range(nb_):
-                s_ = 0
-                for j in range(nl):
-                    s_ += qc[b, local[g, j]]
-                total[b] = F32(s_)
             bestsc = F32(0.0)
             for b in range(nb_):
+                if gq[g, b] == 0:
+                    continue
                 ls = F32(0.0)
                 dk = F32(1.0)
                 for k in range(1, lookahead + 1):
                     dk = F32(dk * F32(decay))
-                    ls = F32(ls + F32(F32(total[(b + k) % nb_] / n_e) * dk))
+                    ls = F32(ls + F32(F32(F32(gq[g, (b + k) % nb_]) / n_e) * dk))
                 for j in range(nl):
                     u = local[g, j]
                     if qc[b, u] > 0:
@@ -334,6 +341,7 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
         head[b_sel, u_sel] = -1
         tail[b_sel, u_sel] = -1
         qtot[g] -= qc[b_sel, u_sel]
+        gq[g, b_sel] -= qc[b_sel, u_sel]
         qc[b_sel, u_sel] = 0
         nf = F32(n)
         is_att = u_sel < a_
