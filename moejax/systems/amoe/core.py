@@ -37,6 +37,7 @@ import types
 
 import numba as nb
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 BIG = np.int64(2**62)
 F32 = np.float32
@@ -99,6 +100,17 @@ def _experts(seed, req, tok, blk, cdf, top_k, out, draws):
                 out[got] = e
                 got += 1
                 break
+
+
+@nb.njit(cache=True, inline="always")
+def _ctz(m):
+    """Index of the lowest set bit of a nonzero uint64."""
+    return np.int64(trailing_zeros(m))
+
+
+def _ctz_py(m):  # _ctz in the plain-Python form
+    m = int(m)
+    return (m & -m).bit_length() - 1
 
 
 @nb.njit(cache=True, inline="always")
@@ -177,6 +189,21 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
     # g's units), kept as queues grow and drain. Integer, so it equals the per-event re-sum
     # in any order; a block with gq = 0 holds no token and the schedulers skip it.
     gq = np.zeros((d_, nb_), np.int64)
+    # Algorithm 1's terms, memoized (each is the value the reference computes, so equal):
+    # gqf[g, b] = F32(F32(gq[g, b]) / n_e), block b's mean queue length on GPU g (n_e: g's
+    # local units), recomputed whenever gq[g, b] changes; dkp[k] = decay^k as the reference
+    # forms it, k sequential float32 products
+    gqf = np.zeros((d_, nb_), np.float32)
+    # nz[g, w] bit i: gq[g, 64 w + i] > 0, so the schedulers visit the blocks holding a
+    # token in increasing order (lowest set bit first) without testing the empty ones
+    nw = (nb_ + 63) // 64
+    nz = np.zeros((d_, nw), np.uint64)
+    one = np.uint64(1)
+    dkp = np.zeros(lookahead + 1, np.float32)
+    dk = F32(1.0)
+    for k in range(1, lookahead + 1):
+        dk = F32(dk * F32(decay))
+        dkp[k] = dk
     cap = conc_cap * k_ + 16
     hk = np.zeros((d_, cap), np.int64)
     hv = np.zeros((d_, cap), np.int64)
@@ -282,56 +309,67 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                 head[b, u] = sl
             tail[b, u] = sl
             qc[b, u] += 1
+            if gq[g, b] == 0:
+                nz[g, b >> 6] |= one << np.uint64(b & 63)
             gq[g, b] += 1
+            gqf[g, b] = F32(F32(gq[g, b]) / F32(nloc[g]))
             qtot[g] += 1
         nl = nloc[g]
         b_sel = -1
         u_sel = -1
+        # Only blocks holding a token can be chosen: each scheduler visits those (the set
+        # bits of nz[g], in increasing block order, as the reference's scan over all blocks)
         if sched == 2:  # FLFS: the first block with a ready token, its fullest queue
-            for b in range(nb_):
-                if gq[g, b] == 0:
+            for w in range(nw):
+                m = nz[g, w]
+                if m == 0:
                     continue
+                b = (w << 6) + _ctz(m)
                 most = 0
                 for j in range(nl):
                     u = local[g, j]
                     if qc[b, u] > most:
                         most = qc[b, u]
                         u_sel = u
-                if most > 0:
-                    b_sel = b
-                    break
+                b_sel = b
+                break
         elif sched == 1:  # MTFS: the fullest queue
             most = 0
-            for b in range(nb_):
-                if gq[g, b] == 0:
-                    continue
-                for j in range(nl):
-                    u = local[g, j]
-                    if qc[b, u] > most:
-                        most = qc[b, u]
-                        b_sel = b
-                        u_sel = u
-        else:  # Algorithm 1 (§3.4), float32 in the reference's order
-            # Only blocks holding a token can be chosen, so only their lookahead sums are
-            # computed (the same float32 sequence as the reference's, from the exact totals)
-            n_e = F32(nl)
-            bestsc = F32(0.0)
-            for b in range(nb_):
-                if gq[g, b] == 0:
-                    continue
-                ls = F32(0.0)
-                dk = F32(1.0)
-                for k in range(1, lookahead + 1):
-                    dk = F32(dk * F32(decay))
-                    ls = F32(ls + F32(F32(F32(gq[g, (b + k) % nb_]) / n_e) * dk))
-                for j in range(nl):
-                    u = local[g, j]
-                    if qc[b, u] > 0:
-                        sc = F32(ls + F32(qc[b, u]))
-                        if b_sel < 0 or sc > bestsc:
-                            bestsc = sc
+            for w in range(nw):
+                m = nz[g, w]
+                while m != 0:
+                    b = (w << 6) + _ctz(m)
+                    m &= m - one
+                    for j in range(nl):
+                        u = local[g, j]
+                        if qc[b, u] > most:
+                            most = qc[b, u]
                             b_sel = b
                             u_sel = u
+        else:  # Algorithm 1 (§3.4), float32 in the reference's order
+            # the lookahead sums of the blocks visited only: the reference's float32 sequence
+            # over its terms (gqf, dkp)
+            bestsc = F32(0.0)
+            for w in range(nw):
+                m = nz[g, w]
+                while m != 0:
+                    b = (w << 6) + _ctz(m)
+                    m &= m - one
+                    ls = F32(0.0)
+                    bk = b
+                    for k in range(1, lookahead + 1):
+                        bk += 1  # (b + k) % nb_
+                        if bk == nb_:
+                            bk = 0
+                        ls = F32(ls + F32(gqf[g, bk] * dkp[k]))
+                    for j in range(nl):
+                        u = local[g, j]
+                        if qc[b, u] > 0:
+                            sc = F32(ls + F32(qc[b, u]))
+                            if b_sel < 0 or sc > bestsc:
+                                bestsc = sc
+                                b_sel = b
+                                u_sel = u
         n = 0  # drain the chosen queue (§3.2 executor)
         sl = head[b_sel, u_sel]
         while sl >= 0:
@@ -342,6 +380,9 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
         tail[b_sel, u_sel] = -1
         qtot[g] -= qc[b_sel, u_sel]
         gq[g, b_sel] -= qc[b_sel, u_sel]
+        if gq[g, b_sel] == 0:
+            nz[g, b_sel >> 6] &= ~(one << np.uint64(b_sel & 63))
+        gqf[g, b_sel] = F32(F32(gq[g, b_sel]) / F32(nl))
         qc[b_sel, u_sel] = 0
         nf = F32(n)
         is_att = u_sel < a_
@@ -467,4 +508,5 @@ def _plain(fn, glb):
 _PY = dict(globals())
 for _name in ("_mul32", "_mix32", "_experts", "_ticks", "_hpush", "_hpop"):
     _PY[_name] = _plain(globals()[_name], _PY)
+_PY["_ctz"] = _ctz_py
 simulate_py = _plain(simulate, _PY)  # the same source, interpreted (small tests only)
