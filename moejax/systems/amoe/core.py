@@ -366,14 +366,14 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                         if bk == nb_:
                             bk = 0
                         ls = F32(ls + F32(gqf[g, bk] * dkp[k]))
-                    for j in range(nl):
+                    for j in range(nl):  # branch-free: selects, not jumps
                         u = local[g, j]
-                        if qc[b, u] > 0:
-                            sc = F32(ls + F32(qc[b, u]))
-                            if sc > bestsc or b_sel < 0:
-                                bestsc = sc
-                                b_sel = b
-                                u_sel = u
+                        q = qc[b, u]
+                        sc = F32(ls + F32(q))
+                        take = (q > 0) & ((sc > bestsc) | (b_sel < 0))
+                        bestsc = sc if take else bestsc
+                        b_sel = b if take else b_sel
+                        u_sel = u if take else u_sel
         n = 0  # drain the chosen queue (§3.2 executor)
         sl = head[b_sel, u_sel]
         while sl >= 0:
