@@ -157,3 +157,22 @@ def test_many_blocks_and_lookahead_wrap(layers, lookahead):
     for k in ("complete", "first_tok", "tokens_done", "busy", "itl_hist", "tok_bins"):
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert a["events"] == b["events"]
+
+
+@pytest.mark.parametrize("decay", [1e9, np.inf])
+def test_algorithm1_large_and_nan_scores(decay):
+    """Scores past 2^22 (float32 steps over 1/4: decay 1e9) or NaN (decay = inf: 0 x inf)
+    take the reference's scan of every unit instead of the core's one comparison per block:
+    compiled == plain == reference (the NaN case fails if the shortcut is taken there)."""
+    cfg = _cfg("hierarchical", 2, "defrag")
+    st, keys = _stream()
+    args = tuple(np.asarray(x[0]) for x in (st.arrival_s, st.input_len, st.output_len))
+    seed = int(aep.stream_seed(keys[0]))
+    with np.errstate(all="ignore"):
+        fast = steady.run_open(cfg, *args, seed, decay)
+        slow = steady.run_open(cfg, *args, seed, decay, plain=True)
+        ref = reference.simulate(cfg, *args, np.ones(R, bool), seed, decay=decay)
+    assert fast["events"] == slow["events"] == ref["events"]
+    for k in ("complete", "first_tok", "last_tok", "rank", "busy"):
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
+        np.testing.assert_array_equal(fast[k], ref[k], err_msg=k)

@@ -222,10 +222,17 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
     ntok = np.zeros(d_, np.int64)
     local = np.zeros((d_, u_n), np.int64)
     nloc = np.zeros(d_, np.int64)
+    jof = np.zeros(u_n, np.int64)  # unit -> its position in its GPU's local list
     for u in range(u_n):
         g = gpu_of_unit[u]
         local[g, nloc[g]] = u
+        jof[u] = nloc[g]
         nloc[g] += 1
+    # bq[g, b], bu[g, b]: the longest local queue of block b on GPU g and its unit (the first
+    # in local order among equals; bu = -1 when the block is empty), kept as queues grow
+    # (one comparison) and drain (a rescan of the block's local units)
+    bq = np.zeros((d_, nb_), np.int64)
+    bu = np.full((d_, nb_), -1, np.int64)
     batch = np.zeros(conc_cap * k_ + 16, np.int64)
     ex = np.zeros(k_, np.int64)
     draws = np.zeros(4 * k_, np.int64)
@@ -313,6 +320,9 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                 head[b, u] = sl
             tail[b, u] = sl
             qc[b, u] += 1
+            if qc[b, u] > bq[g, b] or (qc[b, u] == bq[g, b] and jof[u] < jof[bu[g, b]]):
+                bq[g, b] = qc[b, u]
+                bu[g, b] = u
             if gq[g, b] == 0:
                 nz[g, b >> 6] |= one << np.uint64(b & 63)
             gq[g, b] += 1
@@ -328,14 +338,8 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                 m = nz[g, w]
                 if m == 0:
                     continue
-                b = (w << 6) + _ctz(m)
-                most = 0
-                for j in range(nl):
-                    u = local[g, j]
-                    if qc[b, u] > most:
-                        most = qc[b, u]
-                        u_sel = u
-                b_sel = b
+                b_sel = (w << 6) + _ctz(m)
+                u_sel = bu[g, b_sel]
                 break
         elif sched == 1:  # MTFS: the fullest queue
             most = 0
@@ -344,12 +348,10 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                 while m != 0:
                     b = (w << 6) + _ctz(m)
                     m &= m - one
-                    for j in range(nl):
-                        u = local[g, j]
-                        if qc[b, u] > most:
-                            most = qc[b, u]
-                            b_sel = b
-                            u_sel = u
+                    if bq[g, b] > most:
+                        most = bq[g, b]
+                        b_sel = b
+                        u_sel = bu[g, b]
         else:  # Algorithm 1 (§3.4), float32 in the reference's order
             # the lookahead sums of the blocks visited only: the reference's float32 sequence
             # over its terms (gqf, dkp)
@@ -366,7 +368,17 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                         if bk == nb_:
                             bk = 0
                         ls = F32(ls + F32(gqf[g, bk] * dkp[k]))
-                    for j in range(nl):  # branch-free: selects, not jumps
+                    sc = F32(ls + F32(bq[g, b]))
+                    if F32(-4194304.0) < ls and sc < F32(4194304.0):
+                        # within +-2^22 float32 steps are <= 1/4, so ls + q rises strictly
+                        # with the integer q: the block's first best unit is bu (the
+                        # reference's scan below, in one comparison)
+                        take = (sc > bestsc) | (b_sel < 0)
+                        bestsc = sc if take else bestsc
+                        b_sel = b if take else b_sel
+                        u_sel = bu[g, b] if take else u_sel
+                        continue
+                    for j in range(nl):  # the reference's scan (also for NaN scores)
                         u = local[g, j]
                         q = qc[b, u]
                         sc = F32(ls + F32(q))
@@ -388,6 +400,13 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
             nz[g, b_sel >> 6] &= ~(one << np.uint64(b_sel & 63))
         gqf[g, b_sel] = F32(F32(gq[g, b_sel]) / F32(nl))
         qc[b_sel, u_sel] = 0
+        bq[g, b_sel] = 0
+        bu[g, b_sel] = -1
+        for j in range(nl):
+            u = local[g, j]
+            if qc[b_sel, u] > bq[g, b_sel]:
+                bq[g, b_sel] = qc[b_sel, u]
+                bu[g, b_sel] = u
         nf = F32(n)
         is_att = u_sel < a_
         if is_att:  # config.attention_seconds
