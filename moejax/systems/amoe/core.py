@@ -7,11 +7,14 @@ appendix A):
 
 * one binary heap per GPU of in-flight token slots, keyed by the tick they become ready;
 * one intrusive linked list (with a count) per (block, unit) μ-queue;
-* per-GPU ready-token totals and a heap of KV releases.
+* per-GPU ready-token totals and a heap of KV releases;
+* per GPU and block: the ready-token count, the longest local queue, and a bitmask of the
+  blocks holding a token, so a scheduler visits only those blocks, one comparison each
+  (each cache's comment in `simulate` says why it is exact).
 
-A launch pops the slots that have arrived on its GPU, scores only that GPU's NB x U_local
-queue counts, drains one list and pushes its outputs: O(batch + NB x U_local + log heap)
-per event instead of O(R). Durations, transfer times and routing use the same float32 /
+A launch pops the slots that have arrived on its GPU, scores only that GPU's non-empty
+blocks, drains one list and pushes its outputs: O(batch + NB + log heap) per event instead
+of O(R). Durations, transfer times and routing use the same float32 /
 uint32 arithmetic as `config.py` and `routing.py`, and ties follow the reference (admission
 first, then the lowest GPU id), so results equal `reference.py` and `aep.py` event for
 event (tests/test_amoe_core.py).
