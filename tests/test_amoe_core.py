@@ -127,3 +127,52 @@ def test_littles_law_on_the_steady_window():
     assert m["throughput_tok_s"] == pytest.approx(m["offered_tok_s"], rel=0.15)
     assert 0 < m["finished_at_last_arrival"] < 1
     assert m["itl_mean_s"] <= m["itl_p99_s"]
+
+
+@pytest.mark.parametrize("layers,lookahead", [(70, 3), (3, 5)])
+def test_many_blocks_and_lookahead_wrap(layers, lookahead):
+    """The core's block bitmask spans two 64-bit words past 64 blocks, and the lookahead
+    wraps around NB more than once when it exceeds NB: compiled == plain == reference for
+    each scheduler (open loop), and compiled == plain from a spread closed-loop start."""
+    plat = make_platform("switch", devices=4)
+    model = make_model(num_experts=4, top_k=2, num_layers=layers, num_sparse_layers=layers)
+    # staggered arrivals (2 ms apart, ~1/7 of a 70-block pass): at 70 blocks, ~7 % of the
+    # scheduling decisions see tokens in blocks below and above 64 on one GPU
+    r = 6
+    args = (np.arange(r) * 0.002, 5 + np.arange(r) % 7, 1 + np.arange(r) % 2)
+    for scheduler in ("defrag", "mtfs", "flfs"):
+        cfg = aep.make_config(plat, model, scheduler=scheduler, num_requests=r,
+                              lookahead=lookahead, bin_s=0.01)
+        fast = steady.run_open(cfg, *args, 11, 0.7)
+        slow = steady.run_open(cfg, *args, 11, 0.7, plain=True)
+        ref = reference.simulate(cfg, *args, np.ones(r, bool), 11, decay=0.7)
+        for k in ("complete", "first_tok", "last_tok", "rank", "busy", "execs", "exec_tokens"):
+            np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
+        assert fast["events"] == slow["events"] == ref["events"]
+        for k in ("complete", "first_tok", "last_tok", "rank", "busy"):
+            np.testing.assert_array_equal(fast[k], ref[k], err_msg=k)
+    a = steady.run_closed(cfg, 8, 0.01, seed=5, decay=0.7, workload=((5, 20), (1, 3)))
+    b = steady.run_closed(cfg, 8, 0.01, seed=5, decay=0.7, workload=((5, 20), (1, 3)),
+                          plain=True)
+    for k in ("complete", "first_tok", "tokens_done", "busy", "itl_hist", "tok_bins"):
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert a["events"] == b["events"]
+
+
+@pytest.mark.parametrize("decay", [1e9, np.inf])
+def test_algorithm1_large_and_nan_scores(decay):
+    """Scores past 2^22 (float32 steps over 1/4: decay 1e9) or NaN (decay = inf: 0 x inf)
+    take the reference's scan of every unit instead of the core's one comparison per block:
+    compiled == plain == reference (the NaN case fails if the shortcut is taken there)."""
+    cfg = _cfg("hierarchical", 2, "defrag")
+    st, keys = _stream()
+    args = tuple(np.asarray(x[0]) for x in (st.arrival_s, st.input_len, st.output_len))
+    seed = int(aep.stream_seed(keys[0]))
+    with np.errstate(all="ignore"):
+        fast = steady.run_open(cfg, *args, seed, decay)
+        slow = steady.run_open(cfg, *args, seed, decay, plain=True)
+        ref = reference.simulate(cfg, *args, np.ones(R, bool), seed, decay=decay)
+    assert fast["events"] == slow["events"] == ref["events"]
+    for k in ("complete", "first_tok", "last_tok", "rank", "busy"):
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
+        np.testing.assert_array_equal(fast[k], ref[k], err_msg=k)

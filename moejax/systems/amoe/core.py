@@ -7,11 +7,14 @@ appendix A):
 
 * one binary heap per GPU of in-flight token slots, keyed by the tick they become ready;
 * one intrusive linked list (with a count) per (block, unit) μ-queue;
-* per-GPU ready-token totals and a heap of KV releases.
+* per-GPU ready-token totals and a heap of KV releases;
+* per GPU and block: the ready-token count, the longest local queue, and a bitmask of the
+  blocks holding a token, so a scheduler visits only those blocks, one comparison each
+  (each cache's comment in `simulate` says why it is exact).
 
-A launch pops the slots that have arrived on its GPU, scores only that GPU's NB x U_local
-queue counts, drains one list and pushes its outputs: O(batch + NB x U_local + log heap)
-per event instead of O(R). Durations, transfer times and routing use the same float32 /
+A launch pops the slots that have arrived on its GPU, scores only that GPU's non-empty
+blocks, drains one list and pushes its outputs: O(batch + NB + log heap) per event instead
+of O(R). Durations, transfer times and routing use the same float32 /
 uint32 arithmetic as `config.py` and `routing.py`, and ties follow the reference (admission
 first, then the lowest GPU id), so results equal `reference.py` and `aep.py` event for
 event (tests/test_amoe_core.py).
@@ -37,6 +40,7 @@ import types
 
 import numba as nb
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 BIG = np.int64(2**62)
 F32 = np.float32
@@ -57,7 +61,7 @@ def _mix32(x):
     return np.uint32(x ^ (x >> np.uint32(16)))
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, _nrt=False)
 def _experts(seed, req, tok, blk, cdf, top_k, out, draws):
     """routing.choose_experts for one (req, tok, blk) into out[:top_k] (same hash, order)."""
     e_n = cdf.shape[1]
@@ -102,12 +106,26 @@ def _experts(seed, req, tok, blk, cdf, top_k, out, draws):
 
 
 @nb.njit(cache=True, inline="always")
+def _ctz(m):
+    """Index of the lowest set bit of a nonzero uint64."""
+    return np.int64(trailing_zeros(m))
+
+
+def _ctz_py(m):  # _ctz in the plain-Python form
+    m = int(m)
+    return (m & -m).bit_length() - 1
+
+
+@nb.njit(cache=True, inline="always")
 def _ticks(secs):
     """config.to_ticks: ceil(seconds * 1e6) in float32."""
     return np.int64(np.ceil(F32(F32(secs) * F32(1.0 / 1e-6))))
 
 
-@nb.njit(cache=True, inline="always")
+# the helpers that take arrays are compiled without reference counting (`_nrt=False`: they
+# allocate nothing) and called, not inlined: inlined, each call increfs / decrefs its arrays
+# (atomic operations, ~10 % of the core's time in a perf profile)
+@nb.njit(cache=True, _nrt=False)
 def _hpush(hk, hv, hs, g, key, val):
     i = hs[g]
     hs[g] += 1
@@ -122,7 +140,7 @@ def _hpush(hk, hv, hs, g, key, val):
     hv[g, i] = val
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, _nrt=False)
 def _hpop(hk, hv, hs, g):
     key, val = hk[g, 0], hv[g, 0]
     hs[g] -= 1
@@ -169,10 +187,30 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
     s_ready = np.zeros(rmax * k_, np.int64)
     s_unit = np.zeros(rmax * k_, np.int64)
     nxt = np.full(rmax * k_, -1, np.int64)
+    s_req = np.arange(rmax * k_) // k_  # slot -> its request (a load, not a division)
     head = np.full((nb_, u_n), -1, np.int64)
     tail = np.full((nb_, u_n), -1, np.int64)
     qc = np.zeros((nb_, u_n), np.int64)
     qtot = np.zeros(d_, np.int64)
+    # gq[g, b]: ready tokens in GPU g's local queues of block b (the sum of qc[b, u] over
+    # g's units), kept as queues grow and drain. Integer, so it equals the per-event re-sum
+    # in any order; a block with gq = 0 holds no token and the schedulers skip it.
+    gq = np.zeros((d_, nb_), np.int64)
+    # Algorithm 1's terms, memoized (each is the value the reference computes, so equal):
+    # gqf[g, b] = F32(F32(gq[g, b]) / n_e), block b's mean queue length on GPU g (n_e: g's
+    # local units), recomputed whenever gq[g, b] changes; dkp[k] = decay^k as the reference
+    # forms it, k sequential float32 products
+    gqf = np.zeros((d_, nb_), np.float32)
+    # nz[g, w] bit i: gq[g, 64 w + i] > 0, so the schedulers visit the blocks holding a
+    # token in increasing order (lowest set bit first) without testing the empty ones
+    nw = (nb_ + 63) // 64
+    nz = np.zeros((d_, nw), np.uint64)
+    one = np.uint64(1)
+    dkp = np.zeros(lookahead + 1, np.float32)
+    dk = F32(1.0)
+    for k in range(1, lookahead + 1):
+        dk = F32(dk * F32(decay))
+        dkp[k] = dk
     cap = conc_cap * k_ + 16
     hk = np.zeros((d_, cap), np.int64)
     hv = np.zeros((d_, cap), np.int64)
@@ -187,16 +225,22 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
     ntok = np.zeros(d_, np.int64)
     local = np.zeros((d_, u_n), np.int64)
     nloc = np.zeros(d_, np.int64)
+    jof = np.zeros(u_n, np.int64)  # unit -> its position in its GPU's local list
     for u in range(u_n):
         g = gpu_of_unit[u]
         local[g, nloc[g]] = u
+        jof[u] = nloc[g]
         nloc[g] += 1
+    # bq[g, b], bu[g, b]: the longest local queue of block b on GPU g and its unit (the first
+    # in local order among equals; bu = -1 when the block is empty), kept as queues grow
+    # (one comparison) and drain (a rescan of the block's local units)
+    bq = np.zeros((d_, nb_), np.int64)
+    bu = np.full((d_, nb_), -1, np.int64)
     batch = np.zeros(conc_cap * k_ + 16, np.int64)
     ex = np.zeros(k_, np.int64)
     draws = np.zeros(4 * k_, np.int64)
     cnt = np.zeros(d_, np.int64)
     xfer = np.zeros(d_, np.int64)
-    total = np.zeros(nb_, np.float32)
     fin = np.zeros(conc_cap * k_ + 16, np.int64)  # requests completed by one launch
     nfin = 0
     n_req = n_req0
@@ -270,7 +314,7 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
         events += 1
         while hs[g] > 0 and hk[g, 0] <= t_l:  # arrived slots join their μ-queues
             _, sl = _hpop(hk, hv, hs, g)
-            b = block[sl // k_]
+            b = block[s_req[sl]]
             u = s_unit[sl]
             nxt[sl] = -1
             if tail[b, u] >= 0:
@@ -279,52 +323,72 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                 head[b, u] = sl
             tail[b, u] = sl
             qc[b, u] += 1
+            if qc[b, u] > bq[g, b] or (qc[b, u] == bq[g, b] and jof[u] < jof[bu[g, b]]):
+                bq[g, b] = qc[b, u]
+                bu[g, b] = u
+            if gq[g, b] == 0:
+                nz[g, b >> 6] |= one << np.uint64(b & 63)
+            gq[g, b] += 1
+            gqf[g, b] = F32(F32(gq[g, b]) / F32(nloc[g]))
             qtot[g] += 1
         nl = nloc[g]
         b_sel = -1
         u_sel = -1
+        # Only blocks holding a token can be chosen: each scheduler visits those (the set
+        # bits of nz[g], in increasing block order, as the reference's scan over all blocks)
         if sched == 2:  # FLFS: the first block with a ready token, its fullest queue
-            for b in range(nb_):
-                most = 0
-                for j in range(nl):
-                    u = local[g, j]
-                    if qc[b, u] > most:
-                        most = qc[b, u]
-                        u_sel = u
-                if most > 0:
-                    b_sel = b
-                    break
+            for w in range(nw):
+                m = nz[g, w]
+                if m == 0:
+                    continue
+                b_sel = (w << 6) + _ctz(m)
+                u_sel = bu[g, b_sel]
+                break
         elif sched == 1:  # MTFS: the fullest queue
             most = 0
-            for b in range(nb_):
-                for j in range(nl):
-                    u = local[g, j]
-                    if qc[b, u] > most:
-                        most = qc[b, u]
+            for w in range(nw):
+                m = nz[g, w]
+                while m != 0:
+                    b = (w << 6) + _ctz(m)
+                    m &= m - one
+                    if bq[g, b] > most:
+                        most = bq[g, b]
                         b_sel = b
-                        u_sel = u
+                        u_sel = bu[g, b]
         else:  # Algorithm 1 (§3.4), float32 in the reference's order
-            n_e = F32(nl)
-            for b in range(nb_):
-                s_ = 0
-                for j in range(nl):
-                    s_ += qc[b, local[g, j]]
-                total[b] = F32(s_)
+            # the lookahead sums of the blocks visited only: the reference's float32 sequence
+            # over its terms (gqf, dkp)
             bestsc = F32(0.0)
-            for b in range(nb_):
-                ls = F32(0.0)
-                dk = F32(1.0)
-                for k in range(1, lookahead + 1):
-                    dk = F32(dk * F32(decay))
-                    ls = F32(ls + F32(F32(total[(b + k) % nb_] / n_e) * dk))
-                for j in range(nl):
-                    u = local[g, j]
-                    if qc[b, u] > 0:
-                        sc = F32(ls + F32(qc[b, u]))
-                        if b_sel < 0 or sc > bestsc:
-                            bestsc = sc
-                            b_sel = b
-                            u_sel = u
+            for w in range(nw):
+                m = nz[g, w]
+                while m != 0:
+                    b = (w << 6) + _ctz(m)
+                    m &= m - one
+                    ls = F32(0.0)
+                    bk = b
+                    for k in range(1, lookahead + 1):
+                        bk += 1  # (b + k) % nb_
+                        if bk == nb_:
+                            bk = 0
+                        ls = F32(ls + F32(gqf[g, bk] * dkp[k]))
+                    sc = F32(ls + F32(bq[g, b]))
+                    if F32(-4194304.0) < ls and sc < F32(4194304.0):
+                        # within +-2^22 float32 steps are <= 1/4, so ls + q rises strictly
+                        # with the integer q: the block's first best unit is bu (the
+                        # reference's scan below, in one comparison)
+                        take = (sc > bestsc) | (b_sel < 0)
+                        bestsc = sc if take else bestsc
+                        b_sel = b if take else b_sel
+                        u_sel = bu[g, b] if take else u_sel
+                        continue
+                    for j in range(nl):  # the reference's scan (also for NaN scores)
+                        u = local[g, j]
+                        q = qc[b, u]
+                        sc = F32(ls + F32(q))
+                        take = (q > 0) & ((sc > bestsc) | (b_sel < 0))
+                        bestsc = sc if take else bestsc
+                        b_sel = b if take else b_sel
+                        u_sel = u if take else u_sel
         n = 0  # drain the chosen queue (§3.2 executor)
         sl = head[b_sel, u_sel]
         while sl >= 0:
@@ -334,13 +398,24 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
         head[b_sel, u_sel] = -1
         tail[b_sel, u_sel] = -1
         qtot[g] -= qc[b_sel, u_sel]
+        gq[g, b_sel] -= qc[b_sel, u_sel]
+        if gq[g, b_sel] == 0:
+            nz[g, b_sel >> 6] &= ~(one << np.uint64(b_sel & 63))
+        gqf[g, b_sel] = F32(F32(gq[g, b_sel]) / F32(nl))
         qc[b_sel, u_sel] = 0
+        bq[g, b_sel] = 0
+        bu[g, b_sel] = -1
+        for j in range(nl):
+            u = local[g, j]
+            if qc[b_sel, u] > bq[g, b_sel]:
+                bq[g, b_sel] = qc[b_sel, u]
+                bu[g, b_sel] = u
         nf = F32(n)
         is_att = u_sel < a_
         if is_att:  # config.attention_seconds
             ctx = 0
             for i in range(n):
-                r = batch[i] // k_
+                r = s_req[batch[i]]
                 ctx += inp[r] + done[r]
             cf = F32(ctx)
             comp = F32(F32(nf * att_comp) + F32(cf * att_ctx_comp))
@@ -358,7 +433,7 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
             cnt[h] = 0
         if is_att:  # dispatcher: each token to its K experts (one message per GPU)
             for i in range(n):
-                r = batch[i] // k_
+                r = s_req[batch[i]]
                 _experts(seed, r, done[r], block[r], cdf, k_, ex, draws)
                 phase[r] = 1
                 for k in range(k_):
@@ -368,7 +443,7 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                 if cnt[h] > 0:
                     xfer[h] = _ticks(F32(lat[g, h] + F32(F32(cnt[h]) * ptok[g, h])))
             for i in range(n):
-                r = batch[i] // k_
+                r = s_req[batch[i]]
                 for k in range(k_):
                     s2 = r * k_ + k
                     h = exp_gpu[s_unit[s2] - a_]
@@ -377,17 +452,17 @@ def simulate(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
                     _hpush(hk, hv, hs, h, end + xfer[h], s2)
             continue
         for i in range(n):  # expert outputs back to each request's attention rank
-            cnt[att_gpu[rank[batch[i] // k_]]] += 1
+            cnt[att_gpu[rank[s_req[batch[i]]]]] += 1
         for h in range(d_):
             if cnt[h] > 0:
                 xfer[h] = _ticks(F32(lat[g, h] + F32(F32(cnt[h]) * ptok[g, h])))
         for i in range(n):
             s2 = batch[i]
-            h = att_gpu[rank[s2 // k_]]
+            h = att_gpu[rank[s_req[s2]]]
             s_state[s2] = 2
             s_ready[s2] = end + xfer[h]
         for i in range(n):  # token pool (§3.2): merge once all K outputs arrived
-            r = batch[i] // k_
+            r = s_req[batch[i]]
             if phase[r] != 1:
                 continue
             ok = True
@@ -459,4 +534,5 @@ def _plain(fn, glb):
 _PY = dict(globals())
 for _name in ("_mul32", "_mix32", "_experts", "_ticks", "_hpush", "_hpop"):
     _PY[_name] = _plain(globals()[_name], _PY)
+_PY["_ctz"] = _ctz_py
 simulate_py = _plain(simulate, _PY)  # the same source, interpreted (small tests only)
