@@ -234,4 +234,3 @@ def _core_ticks(cost, n, ctx, is_att):
     else:
         secs = f(max(f(nf * exp_comp), f(exp_weight + f(nf * exp_act))) + exp_fixed)
     return int(np.ceil(f(secs * f(1.0 / 1e-6))))
-

@@ -459,7 +459,6 @@ def _bins(idx, w, n: int):
 ROWS = ("req", "rank", "block", "done", "outl", "phase", "release", "last", "first", "unit",
         "sstate", "ready")  # the slot fields a round reads per row
 ACC = ("finished", "itl_sum", "itl_n", "tok_bins", "itl_hist")  # `_moves` accumulators
-UPDATED = ("block", "done", "phase", "release", "last", "first", "unit", "sstate", "ready")
 
 
 def _all(x, axis):
