@@ -223,19 +223,13 @@ def rounds_vs_all(args) -> None:
         print(f"{name:16s} {ev:9d} events {dt:8.2f} s wall {ct:8.2f} CPU-s: "
               f"{w:10.0f} events/s wall {c:10.0f} per CPU-s {note}{spread}")
 
-    def timed(fn, *a):
-        t0, c0 = time.perf_counter(), time.process_time()
-        out = fn(*a)
-        jax.block_until_ready(out)
-        return out, time.perf_counter() - t0, time.process_time() - c0
-
     one = jax.tree_util.tree_map(lambda x: x[:1], st)
     arr = [np.asarray(x[0]) for x in (st.arrival_s, st.input_len, st.output_len)]
     seed = int(aep.stream_seed(keys[0]))
     steady.run_open(cfg, *[a[:20] for a in arr], seed)  # compile (or load the cache)
     runs = []
     for _ in range(reps):
-        res, dt, ct = timed(steady.run_open, cfg, *arr, seed, decay)
+        res, dt, ct = _timed(steady.run_open, cfg, *arr, seed, decay)
         runs.append((int(res["events"]), dt, ct))
     show("cpu core", runs, "(whole stream)")
     for n in (1, t_) if t_ > 1 else (1,):
@@ -248,7 +242,7 @@ def rounds_vs_all(args) -> None:
         runs, r = [], 0
         for _ in range(reps):  # consecutive windows of the same streams
             e0, r0 = int(np.asarray(s.events).sum()), int(np.asarray(s.rounds).max())
-            s, dt, ct = timed(adv, cs, rst, s, r0 + args.chunk_rounds)
+            s, dt, ct = _timed(adv, cs, rst, s, r0 + args.chunk_rounds)
             runs.append((int(np.asarray(s.events).sum()) - e0, dt, ct))
             r += int(np.asarray(s.rounds).max()) - r0
         ev = sum(x[0] for x in runs)
@@ -261,7 +255,7 @@ def rounds_vs_all(args) -> None:
     e0 = e_start = int(np.asarray(state.events).sum())
     runs = []
     for _ in range(reps):  # consecutive chunks of the same stream
-        (state, _), dt, ct = timed(step_chunk, params, state)
+        (state, _), dt, ct = _timed(step_chunk, params, state)
         e1 = int(np.asarray(state.events).sum())
         runs.append((e1 - e0, dt, ct))
         e0 = e1
@@ -283,19 +277,14 @@ def whole(args, rates, system, params, cfg, one, keys, decay) -> None:
     rst = jax.tree_util.tree_map(lambda x: x[0], rst)
     ini, adv = rounds.compiled(spec)
     jax.block_until_ready(adv(cs, rst, ini(rst), 10))  # compile
-    t0, c0 = time.perf_counter(), time.process_time()
-    s = jax.block_until_ready(adv(cs, rst, ini(rst), 2**30))
-    dt, ct = time.perf_counter() - t0, time.process_time() - c0
+    s, dt, ct = _timed(lambda: adv(cs, rst, ini(rst), 2**30))  # init timed, as in the old path
     ev_r = int(s.events)
     print(f"rounds x1 whole  {ev_r:9d} events {dt:8.2f} s wall {ct:8.2f} CPU-s: "
           f"{ev_r / dt:10.0f} events/s wall {ev_r / ct:10.0f} per CPU-s "
           f"({int(s.rounds)} rounds)")
     warm_up(system, params, one, args.chunk)
-    t0, c0 = time.perf_counter(), time.process_time()
-    out = jax.block_until_ready(
-        runner.run_streams(system, params, one, keys=keys[:1], chunk_steps=args.chunk,
-                           backend="scan"))
-    odt, oct_ = time.perf_counter() - t0, time.process_time() - c0
+    out, odt, oct_ = _timed(lambda: runner.run_streams(system, params, one, keys=keys[:1],
+                                                       chunk_steps=args.chunk, backend="scan"))
     ev_o = int(np.sum(out["events"]))
     print(f"old path whole   {ev_o:9d} events {odt:8.2f} s wall {oct_:8.2f} CPU-s: "
           f"{ev_o / odt:10.0f} events/s wall {ev_o / oct_:10.0f} per CPU-s")
@@ -303,6 +292,13 @@ def whole(args, rates, system, params, cfg, one, keys, decay) -> None:
     print(f"whole stream, rounds x1 / old: {ev_r / dt / (ev_o / odt):6.1f}x wall "
           f"{ev_r / ct / (ev_o / oct_):6.1f}x CPU; cpu core / old: {core[0] / (ev_o / odt):6.1f}x "
           f"wall {core[1] / (ev_o / oct_):6.1f}x CPU (same events: {ev_r == ev_o})")
+
+
+def _timed(fn, *args):
+    """(fn(*args) once ready, wall s, CPU-s of the process)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = jax.block_until_ready(fn(*args))
+    return out, time.perf_counter() - t0, time.process_time() - c0
 
 
 def warm_up(system, params, st, chunk: int) -> None:
