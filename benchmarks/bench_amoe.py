@@ -38,7 +38,7 @@ import _device  # benchmarks/_device.py: --device, environment line
 import jax
 import numpy as np
 
-from moejax.models import load_model
+from moejax.catalog.models import load_model
 from moejax.systems.amoe import aep, reference, runner, serve
 
 
@@ -311,7 +311,7 @@ def warm_up(system, params, st, chunk: int) -> None:
 
 def system_cfg(model, args):
     """The AEPConfig `serve.build` used (rebuilt from the same policy options)."""
-    from moejax.policies import load_policy
+    from moejax.catalog.policies import load_policy
     from moejax.systems.amoe import policy as amoe_policy
 
     pol = load_policy(args.policy)

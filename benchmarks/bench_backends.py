@@ -31,9 +31,9 @@ import _device  # benchmarks/_device.py: --device, environment line
 import jax
 import numpy as np
 
-from moejax import engine
-from moejax.hardware import load_platform
-from moejax.models import load_model, with_overrides
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model, with_overrides
+from moejax.runner import engine
 from moejax.systems import ep, fsedp
 from moejax.systems.wafer import system as ws
 from moejax.trace import from_counts, gen

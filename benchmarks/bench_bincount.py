@@ -21,9 +21,10 @@ import _device  # benchmarks/_device.py: --device, environment line
 import jax
 import jax.numpy as jnp
 
-from moejax import engine, ops
-from moejax.hardware import load_platform
-from moejax.models import load_model
+from moejax import ops
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model
+from moejax.runner import engine
 from moejax.systems import ep
 
 

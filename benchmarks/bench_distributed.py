@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_distributed.py [--processes 2] [--traces 8192] [--reps 4]
 
 Each process generates the same traces (same key), simulates its block of whole chunks and
-all-gathers the per-trace results (`moejax.distributed`); the timed calls follow a first
+all-gathers the per-trace results (`moejax.runner.distributed`); the timed calls follow a first
 one (which compiles), and includes the all-gather. Rounds alternate 1 and N processes and
 the best of each is kept (the machine is shared). Besides the wall rate it reports the rate per
 CPU-second (`time.process_time` of every process, all threads: the work done, which a loaded
@@ -32,9 +32,9 @@ def worker(args) -> None:
     import jax
     import numpy as np
 
-    from moejax import distributed, engine
-    from moejax.hardware import load_platform
-    from moejax.models import load_model
+    from moejax.catalog.hardware import load_platform
+    from moejax.catalog.models import load_model
+    from moejax.runner import distributed, engine
     from moejax.systems import ep
     from moejax.trace import gen
 
@@ -98,7 +98,7 @@ def main():
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--save", help=argparse.SUPPRESS)
     _device.add_argument(ap)
-    from moejax import distributed
+    from moejax.runner import distributed
 
     distributed.add_arguments(ap)
     args = ap.parse_args()

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_dysharp.py [--tokens 256] [--ref-traces 8] [--repeat 3]
 
 deepseek-v3 on gh200-nvl32, `normal:std=0.032` routing, one MoE layer per trace, the
-`dysharp` catalog policy (dynamic multimem, fused schedule) through `moejax.engine.simulate`
+`dysharp` catalog policy (dynamic multimem, fused schedule) through `moejax.runner.engine.simulate`
 at 1 / 64 / 1024 traces. Compile time is excluded (a warm-up call of the same shape). The
 reference (`moejax.systems.dysharp.reference.moe_layer`) runs `--ref-traces` of the same
 layers in Python loops; its rate is per trace, and both latencies are compared on them.
@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax import engine
-from moejax.hardware import load_platform
-from moejax.models import load_model
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model
+from moejax.runner import engine
 from moejax.systems.dysharp import reference
 from moejax.systems.dysharp import system as dys
 from moejax.systems.dysharp.config import DyParams, contiguous_placement, make_config

@@ -16,9 +16,9 @@ import _device  # benchmarks/_device.py: --device, environment line
 import jax
 import numpy as np
 
-from moejax import engine
-from moejax.hardware import load_platform
-from moejax.models import load_model
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model
+from moejax.runner import engine
 from moejax.systems import ep
 from moejax.trace import gen
 

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_epsmoe.py [--tokens 512] [--ref-traces 4] [--repeat 3]
 
 deepseek-v2 on h800x8, DP+EP with the expert pipeline (PN=5, adaptive GEMM switch, GEMM on
-116 SMs), device-limited routing, one layer per trace (`moejax.engine.simulate` on the
+116 SMs), device-limited routing, one layer per trace (`moejax.runner.engine.simulate` on the
 `epsmoe` system). Compile time is excluded (a warm-up call on the same shape). The
 reference (`moejax.systems.epsmoe.reference.block`) runs the same layers as Python loops
 over tokens, devices and chunks; both are compared on the reference's traces. Best of
@@ -21,9 +21,9 @@ import time
 import jax
 import numpy as np
 
-from moejax import engine
-from moejax.hardware import load_platform
-from moejax.models import load_model
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model
+from moejax.runner import engine
 from moejax.systems.epsmoe import reference
 from moejax.systems.epsmoe.config import config_of, default_params, make_config
 from moejax.systems.epsmoe.system import build

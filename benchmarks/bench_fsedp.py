@@ -4,7 +4,7 @@
                                                [--repeat 3]
 
 qwen3-30b-a3b, 256 tokens per iteration, chiplet-2x2, one MoE layer per trace
-(`moejax.engine.simulate` on the `fsedp` system: routing -> tokens per die -> Algorithm 1 +
+(`moejax.runner.engine.simulate` on the `fsedp` system: routing -> tokens per die -> Algorithm 1 +
 Rules 1-4 event scan). Compile time is excluded (a warm-up call on the same chunk shape).
 The reference (`moejax.systems.fsedp.reference.simulate_layer`) runs the same layers in a
 plain-Python event loop; both latencies are compared on the reference's traces. Each side
@@ -21,9 +21,9 @@ import _device  # benchmarks/_device.py: --device, environment line
 import jax
 import numpy as np
 
-from moejax import engine
-from moejax.hardware import load_platform
-from moejax.models import load_model
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model
+from moejax.runner import engine
 from moejax.systems.fsedp import build, default_params, layer, make_config, reference
 from moejax.trace import gen
 

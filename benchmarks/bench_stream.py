@@ -30,7 +30,7 @@ import _device  # noqa: E402
 def run(argv: list[str], device: str) -> dict:
     env = dict(os.environ, JAX_PLATFORMS={"cpu": "cpu", "gpu": "cuda"}[device])
     t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-m", "moejax.cli", *argv], env=env,
+    p = subprocess.Popen([sys.executable, "-m", "moejax.cli.main", *argv], env=env,
                          stdout=subprocess.DEVNULL)
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0

@@ -1,5 +1,5 @@
 """A 32 x 32 FSE-DP design-space sweep (DDR x D2D bandwidth, 000 Fig. 16(b)) in one
-`moejax.sweep.run` vs one `engine.simulate` call per design point, in the same run.
+`moejax.runner.sweep.run` vs one `engine.simulate` call per design point, in the same run.
 
     .venv/bin/python benchmarks/bench_sweep.py [--grid 32] [--traces 64] [--loop-points 32]
 
@@ -19,7 +19,8 @@ import _device  # benchmarks/_device.py: --device, environment line
 import jax
 import numpy as np
 
-from moejax import api, engine, sweep
+from moejax import api
+from moejax.runner import engine, sweep
 from moejax.systems import SYSTEMS
 from moejax.trace import gen
 

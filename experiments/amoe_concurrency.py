@@ -19,7 +19,7 @@ import time
 import jax
 import numpy as np
 
-from moejax.models import load_model
+from moejax.catalog.models import load_model
 from moejax.systems.amoe import runner, serve
 
 ap = argparse.ArgumentParser()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moejax.results import atomic_write_bytes
+from moejax.output.results import atomic_write_bytes
 from moejax.trace import importers
 
 DOMAINS = ("arxiv", "book", "c4", "github", "wikipedia")

@@ -10,7 +10,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from moejax.catalog import resolve
+from moejax.catalog.paths import resolve
 from moejax.tune import TuneConfig, tune
 
 tmp = Path(tempfile.mkdtemp())

@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax import engine
-from moejax.catalog import resolve
+from moejax.catalog.paths import resolve
+from moejax.runner import engine
 from moejax.systems.dysharp import traffic
 from moejax.tune import TuneConfig, tune
 from moejax.tune.loop import build_problem

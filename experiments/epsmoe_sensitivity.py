@@ -17,10 +17,10 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from moejax import engine
-from moejax.hardware import load_platform
-from moejax.models import load_model, with_overrides
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model, with_overrides
 from moejax.physics.gemm import GemmProfile
+from moejax.runner import engine
 from moejax.systems.epsmoe.config import default_params, make_config
 from moejax.systems.epsmoe.system import build
 from moejax.trace import device_limited, gen

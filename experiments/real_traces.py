@@ -16,7 +16,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from moejax.results import atomic_write_json
+from moejax.output.results import atomic_write_json
 from moejax.trace import analysis, fit, importers, summary
 
 DOMAINS = ("arxiv", "book", "c4", "github", "wikipedia")

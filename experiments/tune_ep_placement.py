@@ -22,7 +22,7 @@ import _tune_script  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from moejax.results import atomic_write_csv  # noqa: E402
+from moejax.output.results import atomic_write_csv  # noqa: E402
 from moejax.tune import TuneConfig  # noqa: E402
 from moejax.tune import loop as tl  # noqa: E402
 

@@ -35,8 +35,8 @@ import jax.numpy as jnp  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from moejax import engine  # noqa: E402
-from moejax.results import atomic_write_json  # noqa: E402
+from moejax.output.results import atomic_write_json  # noqa: E402
+from moejax.runner import engine  # noqa: E402
 from moejax.tune import TuneConfig  # noqa: E402
 from moejax.tune import loop as tl  # noqa: E402
 from moejax.tune.hardware import MiB  # noqa: E402

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from moejax.policies import load_policy
-from moejax.results import atomic_write_json, atomic_write_text
+from moejax.catalog.policies import load_policy
+from moejax.output.results import atomic_write_json, atomic_write_text
 from moejax.tune import export, zeroth
 
 ROOT = Path(__file__).resolve().parents[1]

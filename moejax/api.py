@@ -7,11 +7,11 @@ import dataclasses
 import jax
 import numpy as np
 
-from moejax import budget, engine
+from moejax.catalog.hardware import Platform, load_platform
+from moejax.catalog.models import ModelSpec, load_model
+from moejax.catalog.policies import Policy, load_policy
 from moejax.errors import ConfigError, TraceError
-from moejax.hardware import Platform, load_platform
-from moejax.models import ModelSpec, load_model
-from moejax.policies import Policy, load_policy
+from moejax.runner import budget, engine
 from moejax.systems import SYSTEMS
 from moejax.trace import Trace
 

@@ -139,7 +139,7 @@ def _tokens(s: str) -> list[int]:
 
 
 def add_export_parser(sub, positive_int) -> argparse.ArgumentParser:
-    """`moejax export latency-table ...` (registered by moejax.cli)."""
+    """`moejax export latency-table ...` (registered by moejax.cli.main)."""
     e = sub.add_parser("export", help="export moejax's models for other tools")
     esub = e.add_subparsers(dest="export_cmd", required=True)
     t = esub.add_parser("latency-table", help="MoE layer latency vs batch tokens per policy, "
@@ -165,7 +165,7 @@ def add_export_parser(sub, positive_int) -> argparse.ArgumentParser:
 def run_cli(args) -> int:
     from pathlib import Path
 
-    from moejax.results import atomic_write_csv
+    from moejax.output.results import atomic_write_csv
 
     out = Path(args.out)
     if out.suffix != ".csv":

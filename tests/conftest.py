@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from moejax.hardware import parse_platform
-from moejax.models import ModelSpec
+from moejax.catalog.hardware import parse_platform
+from moejax.catalog.models import ModelSpec
 from moejax.trace import counts_from_ids
 from moejax.trace.core import Trace
 
@@ -45,10 +45,10 @@ def make_platform(kind="mesh2d", **topo):
 
 
 def interrupt_at_second_part(monkeypatch):
-    """Make `moejax.stream` raise KeyboardInterrupt (Ctrl-C) when it encodes its 2nd Parquet
+    """Make `moejax.runner.stream` raise KeyboardInterrupt (Ctrl-C) when it encodes its 2nd Parquet
     part: a streamed run is cut after one whole part is written. Returns the real encoder,
     to put back for a resume."""
-    from moejax import stream
+    from moejax.runner import stream
 
     real, calls = stream._parquet_bytes, []
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import make_model, make_platform
 
+from moejax.catalog.policies import load_policy
 from moejax.errors import ConfigError
-from moejax.policies import load_policy
 from moejax.reproduce import amoe_knobs
 from moejax.systems.amoe import aep, sync
 from moejax.systems.amoe.config import FIG3_EXPERT_EFFICIENCY, Overheads, expert_seconds

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from moejax.cli import main
-from moejax.policies import load_policy
+from moejax.catalog.policies import load_policy
+from moejax.cli.main import main
 
 
 def test_policies_load():

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model
 from moejax.errors import ConfigError
-from moejax.hardware import load_platform
-from moejax.models import load_model
 from moejax.placement import slots
 from moejax.reproduce import balancing as study
 from moejax.reproduce import balancing_data as data

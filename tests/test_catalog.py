@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from moejax.catalog.hardware import load_platform, platform_names
+from moejax.catalog.models import MODELS, load_model, model_names, with_overrides
 from moejax.errors import ConfigError, UnknownNameError
-from moejax.hardware import load_platform, platform_names
-from moejax.models import MODELS, load_model, model_names, with_overrides
 
 MODEL_NAMES = [
     # 000 Table I

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from moejax import cli
-from moejax.cli import main
+from moejax.cli import main as cli
+from moejax.cli.main import main
 
 
 def test_simulate_writes_results_and_summary(tmp_path, capsys):

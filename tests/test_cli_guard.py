@@ -13,13 +13,13 @@ import textwrap
 import pytest
 
 from moejax import reproduce
-from moejax.cli import build_parser, main
+from moejax.cli.main import build_parser, main
 
 STUDY = textwrap.dedent("""
     import time
     from pathlib import Path
     from moejax.reproduce import Claim, Report
-    from moejax.reproduce.progress import step
+    from moejax.output.progress import step
 
     def steps(quick):
         return 2
@@ -109,7 +109,7 @@ def test_ctrl_c_in_reproduce_exits_130_and_leaves_no_partial_out(tmp_path, fake_
     script = ("import sys, moejax.reproduce as r\n"
               f"sys.path.insert(0, {str(fake_study)!r})\n"
               "r.STUDIES['fake'] = 'fake_study'\n"
-              "from moejax import cli\n"
+              "from moejax.cli import main as cli\n"
               f"sys.argv = ['moejax', 'reproduce', 'fake', '--out', {str(out)!r}]\n"
               "sys.exit(cli.main())\n")
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
@@ -148,8 +148,8 @@ def test_simulate_from_a_fit_uses_every_recorded_layer_by_default(tmp_path, caps
 
 
 def test_progress_says_compiling_until_the_first_chunk(capsys):
-    from moejax import engine
-    from moejax.status import live_status
+    from moejax.output.status import live_status
+    from moejax.runner import engine
 
     shown = engine._progress(True, 3, "ep")
     advance = shown.__enter__()

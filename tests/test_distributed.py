@@ -1,4 +1,4 @@
-"""Multi-process runs (moejax.distributed): 2 CPU processes over loopback (gloo collectives)
+"""Multi-process runs (moejax.runner.distributed): 2 CPU processes over loopback (gloo collectives)
 and 4 host devices in one process give the single-process results bit for bit; process 0
 alone writes; bad launches fail in one line with exit code 2.
 
@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import interrupt_at_second_part
 
-from moejax import distributed, stream
-from moejax.cli import main
+from moejax.cli.main import main
+from moejax.runner import distributed, stream
 
 # a small EP run: 37 traces (not a multiple of 2 or 4: the last block is padded), 2 chunks
 ARGS = ["simulate", "--hardware", "chiplet-2x2", "--model", "qwen3-30b-a3b", "--tokens", "16",
@@ -37,7 +37,7 @@ ARGS = ["simulate", "--hardware", "chiplet-2x2", "--model", "qwen3-30b-a3b", "--
 # over 2 processes in rounds of one chunk a process: [0, 16), [16, 32), [32, 37) (in the
 # last round process 1 has no chunk)
 STREAM = [*ARGS[:-2], "8", "--quiet", "--stream"]
-SMALL = {"moejax.stream.PART_ROWS": 16, "moejax.stream.ROUND_TRACES": 8}
+SMALL = {"moejax.runner.stream.PART_ROWS": 16, "moejax.runner.stream.ROUND_TRACES": 8}
 TUNE = ["tune", "--steps", "3", "--traces", "8", "--batch", "4", "--eval-traces", "8",
         "--tokens", "16", "--iterations", "1", "--every", "2", "--quiet"]
 SWEEP = ["sweep", "--hardware", "chiplet-2x2", "--model", "qwen3-30b-a3b", "--policy", "ep",
@@ -53,7 +53,7 @@ def _free_port() -> int:
 
 def _cli(extra, env_extra=None, timeout=120):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env_extra or {})}
-    return subprocess.Popen([sys.executable, "-m", "moejax.cli", *extra], env=env,
+    return subprocess.Popen([sys.executable, "-m", "moejax.cli.main", *extra], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

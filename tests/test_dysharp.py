@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moejax import engine
-from moejax.hardware import load_platform
-from moejax.models import load_model, with_overrides
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model, with_overrides
 from moejax.placement import eplb, slots
+from moejax.runner import engine
 from moejax.systems.dysharp import closed_form as cf
 from moejax.systems.dysharp import reference, schedule, traffic
 from moejax.systems.dysharp import system as dys
@@ -246,7 +246,7 @@ def test_relaxed_tends_to_hard(setup, layer_fns):
 
 
 def test_cli_dysharp_without_in_switch_compute_is_one_line_exit_2(capsys, tmp_path):
-    from moejax.cli import main
+    from moejax.cli.main import main
 
     rc = main(["simulate", "--hardware", "a100x8-nvswitch", "--model", "dysharp-s",
                "--policy", "dysharp", "--traces", "2", "--tokens", "64", "--out",

@@ -11,8 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from moejax import engine
 from moejax.errors import MoejaxError
+from moejax.runner import engine
 
 
 def test_batch_size_disagreement_is_an_error():
@@ -30,7 +30,7 @@ SHARDED = textwrap.dedent("""
     sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
     import jax, numpy as np
     from conftest import make_model, make_platform, random_trace
-    from moejax import engine
+    from moejax.runner import engine
     from moejax.systems import ep
     assert jax.device_count() == 2, jax.devices()
     cfg = ep.make_config(make_platform("mesh2d"), make_model())
@@ -82,8 +82,8 @@ def test_resident_batch_is_sliced_on_its_device_with_the_same_results(monkeypatc
     """A batch already on an accelerator is sliced there (one compiled slice for every
     offset, a short last chunk included), with the results of host slicing. CPU stands in
     for the accelerator here."""
-    from moejax.hardware import load_platform
-    from moejax.models import load_model
+    from moejax.catalog.hardware import load_platform
+    from moejax.catalog.models import load_model
     from moejax.systems import ep
     from moejax.trace import gen
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import make_model, make_platform, random_trace
 
-from moejax import engine
 from moejax.physics import collectives
+from moejax.runner import engine
 from moejax.systems import ep, ep_reference
 from moejax.trace import from_counts
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model
 from moejax.errors import ConfigError
-from moejax.hardware import load_platform
-from moejax.models import load_model
 from moejax.placement import eplb, eplb_reference, slots
 
 # deepseek-ai/EPLB README, "Interface and Example": two layers of 12 experts, 4 redundant
@@ -115,8 +115,8 @@ def test_capacity_check_names_the_device():
 def test_eplb_plan_as_wafer_params():
     from conftest import make_model, make_platform
 
-    from moejax.placement.wafer import wafer_params
     from moejax.systems.wafer import system as wafer
+    from moejax.systems.wafer.placement import wafer_params
 
     cfg = wafer.make_config(make_platform("mesh2d"), make_model(num_experts=12), tp_size=1,
                             shadow_slots=2)

@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from moejax import engine
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model
 from moejax.errors import ConfigError
-from moejax.hardware import load_platform
-from moejax.models import load_model
 from moejax.physics import gemm
+from moejax.runner import engine
 from moejax.systems.epsmoe import layer, reference
 from moejax.systems.epsmoe.config import default_params, make_config
 from moejax.systems.epsmoe.system import build

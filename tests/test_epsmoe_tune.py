@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from moejax import api, engine
+from moejax import api
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model
 from moejax.errors import ConfigError, UnknownNameError
-from moejax.hardware import load_platform
-from moejax.models import load_model
+from moejax.runner import engine
 from moejax.systems.epsmoe import layer
 from moejax.systems.epsmoe import system as esys
 from moejax.systems.epsmoe.config import default_params, make_config

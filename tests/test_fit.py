@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from moejax import cli
+from moejax.cli import main as cli
 from moejax.errors import ConfigError, TraceError
 from moejax.trace import core, fit, gen, io
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from conftest import make_model, make_platform, random_trace
 
-from moejax import engine
 from moejax.errors import ConfigError
+from moejax.runner import engine
 from moejax.systems import ep, fsedp
 from moejax.systems.fsedp import buffering, hydra, layer, reference
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from conftest import make_model, make_platform, random_trace
 
-from moejax import cli, engine
+from moejax.cli import main as cli
 from moejax.reproduce import fsedp as study
+from moejax.runner import engine
 from moejax.systems import fsedp
 
 BUF = 4e5

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from moejax import cli
+from moejax.cli import main as cli
 from moejax.errors import ConfigError, TraceError
 from moejax.trace import analysis, importers, io
 

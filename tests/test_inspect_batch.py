@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from moejax import cli
+from moejax.cli import main as cli
 from moejax.trace import gen, io, summary
 
 

@@ -6,10 +6,10 @@ import csv
 
 import numpy as np
 
-from moejax import cli
-from moejax.hardware import load_platform
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model
+from moejax.cli import main as cli
 from moejax.latency_table import COLUMNS, traces_for
-from moejax.models import load_model
 from moejax.systems import ep, ep_reference
 
 

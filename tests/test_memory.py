@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from conftest import make_model, make_platform
 
-from moejax import budget, engine
-from moejax.cli import main
+from moejax.cli.main import main
 from moejax.errors import ConfigError
+from moejax.runner import budget, engine
 from moejax.systems import ep
 from moejax.trace import counts_from_ids, gen
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import make_platform
 
-from moejax.hardware import TopologySpec
+from moejax.catalog.hardware import TopologySpec
 from moejax.physics import collectives, links, roofline, topology
 
 

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from conftest import make_model, make_platform, random_trace
 
-from moejax import cli, engine
+from moejax.catalog.schema import Table
+from moejax.cli import main as cli
 from moejax.errors import ConfigError
 from moejax.placement import migration, slots
-from moejax.schema import Table
+from moejax.runner import engine
 from moejax.systems import (
     ep,
     rebalancing,

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from moejax import plotting
+from moejax.output import plotting
+from moejax.output.results import atomic_write_csv, atomic_write_rows
 from moejax.reproduce.replot import PLOTTERS, replot
-from moejax.results import atomic_write_csv, atomic_write_rows
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -192,7 +192,7 @@ def test_read_csv_round_trip(tmp_path):
 
 
 def test_cli_replot_in_place_and_bad_dir(tmp_path, capsys):
-    from moejax.cli import main
+    from moejax.cli.main import main
 
     _amoe(tmp_path)
     assert main(["reproduce", "amoe", "--replot", str(tmp_path)]) == 0

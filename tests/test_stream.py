@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import interrupt_at_second_part, make_model, make_platform
 
-from moejax import engine, stream
-from moejax.cli import main
+from moejax.cli.main import main
 from moejax.errors import ConfigError
-from moejax.sketch import ALPHA, LogHistogram
+from moejax.runner import engine, stream
+from moejax.runner.sketch import ALPHA, LogHistogram
 from moejax.systems import ep
 from moejax.trace import gen
 

@@ -10,9 +10,10 @@ import jax
 import numpy as np
 import pytest
 
-from moejax import api, sweep
-from moejax.cli import main
+from moejax import api
+from moejax.cli.main import main
 from moejax.errors import ConfigError
+from moejax.runner import sweep
 from moejax.trace import gen
 
 SMALL = ["--hardware", "chiplet-2x2", "--model", "qwen3-30b-a3b", "--policy", "ep",
@@ -115,8 +116,8 @@ def test_serving_sweep_rows_equal_separate_runs(policy, vary, tmp_path):
     too); 1 GB/s links give a slower mean ITL than 300 GB/s at every rate; and an AEP row
     (every point in one vmapped rounds call, Consts batched) equals `moejax simulate`'s
     serving run of that point's platform and rate (the same streams: the sweep's seed)."""
+    from moejax.cli.amoe import p99_from_hist
     from moejax.systems.amoe import serve
-    from moejax.systems.amoe.cli import p99_from_hist
 
     out = tmp_path / "sw"
     assert main(["sweep", *SERVE, "--policy", policy, *vary, "--out", str(out)]) == 0

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from moejax import cli
+from moejax.cli import main as cli
 from moejax.trace import compare, core, fit, io
 
 

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from moejax import api, engine
-from moejax.cli import main
+from moejax import api
+from moejax.catalog.policies import load_policy
+from moejax.cli.main import main
 from moejax.errors import CheckpointError, ConfigError, UnknownNameError
-from moejax.policies import load_policy
+from moejax.runner import engine
 from moejax.tune import TuneConfig, export, restore, tune
 from moejax.tune import loop as tl
 from moejax.tune import params as fam

@@ -14,9 +14,9 @@ import pytest
 from jax.test_util import check_grads
 
 from moejax import api
-from moejax.cli import main
+from moejax.catalog.policies import load_policy
+from moejax.cli.main import main
 from moejax.errors import ConfigError
-from moejax.policies import load_policy
 from moejax.tune import TuneConfig, export, tune
 from moejax.tune import loop as tl
 from moejax.tune.hardware import ChipletBudget

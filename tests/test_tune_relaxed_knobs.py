@@ -11,9 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from moejax import api, engine
+from moejax import api
+from moejax.catalog.policies import load_policy
 from moejax.errors import ConfigError
-from moejax.policies import load_policy
+from moejax.runner import engine
 from moejax.systems.wafer import balancer as bal
 from moejax.systems.wafer import system as wsys
 from moejax.tune.traces import fixed_popularity, sample_from_popularity

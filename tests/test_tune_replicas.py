@@ -7,8 +7,9 @@ import jax
 import numpy as np
 import pytest
 
-from moejax import api, engine
+from moejax import api
 from moejax.errors import ConfigError
+from moejax.runner import engine
 from moejax.systems import ep
 from moejax.trace import from_counts
 from moejax.trace import io as trace_io
@@ -96,8 +97,8 @@ def test_train_fraction_leaves_both_parts(tmp_path):
 
 
 def test_cli_flags_reach_the_run_config():
-    from moejax.cli import build_parser
-    from moejax.tune.cli import config_from_args
+    from moejax.cli.main import build_parser
+    from moejax.cli.tune import config_from_args
 
     args = build_parser().parse_args(["tune", "--param", "replicas", "--trace", "r.npz",
                                       "--train-fraction", "0.25", "--per-layer", "--init",

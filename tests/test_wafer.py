@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from conftest import make_model, make_platform, random_trace
 
-from moejax import engine
 from moejax.errors import ConfigError
 from moejax.physics import collectives, topology
+from moejax.runner import engine
 from moejax.systems.wafer import mapping as mp
 from moejax.systems.wafer import reference, system
 
@@ -297,7 +297,7 @@ def test_relaxed_layer_time_has_finite_gradients_wrt_placement():
 
 
 def test_policy_options_placement_and_errors():
-    from moejax.schema import Table
+    from moejax.catalog.schema import Table
 
     plat, model = make_platform("mesh2d", rows=2, cols=4), make_model(num_experts=8)
     ids = [7, 6, 5, 4, 3, 2, 1, 0]
@@ -393,7 +393,7 @@ def test_esp_er_has_no_all_to_all_conserves_tokens_and_bounds():
 
 
 def test_esp_on_gpu_nodes_and_as_a_policy_with_errors():
-    from moejax.schema import Table
+    from moejax.catalog.schema import Table
 
     cfg = _esp_cfg("baseline", tp=2, shards=2, kind="hierarchical")
     assert cfg.esp_groups.tolist() == [[0, 1], [2, 3]]  # one node each

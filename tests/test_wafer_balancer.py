@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import make_model, make_platform
 
-from moejax import engine
+from moejax.runner import engine
 from moejax.systems.wafer import balancer as bal
 from moejax.systems.wafer import mapping as mp
 from moejax.systems.wafer import reference, system

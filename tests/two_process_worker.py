@@ -21,7 +21,7 @@ def main() -> int:
     for name, value in plan.get("set", {}).items():  # e.g. small Parquet parts
         mod, _, attr = name.rpartition(".")
         setattr(importlib.import_module(mod), attr, value)
-    from moejax.cli import main as cli
+    from moejax.cli.main import main as cli
 
     codes = [cli([*argv, *plan["flags"], "--process-id", rank]) for argv in plan["runs"]]
     print(json.dumps(codes), flush=True)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax.hardware import Platform, TopologySpec
+from moejax.catalog.hardware import Platform, TopologySpec
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -100,7 +100,7 @@ def _mesh_link_index(rows: int, cols: int):
 
 
 def _xp(*values):
-    """NumPy for plain numbers; jax.numpy when a value is traced (a `moejax.sweep` of a
+    """NumPy for plain numbers; jax.numpy when a value is traced (a `moejax.runner.sweep` of a
     bandwidth or latency builds the topology inside a vmapped function)."""
     return jnp if any(isinstance(v, jax.core.Tracer) for v in values) else np
 

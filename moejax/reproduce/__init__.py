@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from moejax.errors import MoejaxError, UnknownNameError
-from moejax.reproduce.progress import study_progress
-from moejax.results import atomic_write_json
-from moejax.staging import staged_dir
+from moejax.output.progress import study_progress
+from moejax.output.results import atomic_write_json
+from moejax.output.staging import staged_dir
 
 STUDIES: dict[str, str] = {
     "fsedp": "moejax.reproduce.fsedp",
@@ -76,7 +76,7 @@ def shipped_results(study: str) -> Path:
 
 def run(name: str, out_dir: Path, quick: bool) -> Report:
     """Run a registered study and write its summary.json (into a temporary sibling of
-    `out_dir`, moved in when the study is done; see `moejax.staging.staged_dir`)."""
+    `out_dir`, moved in when the study is done; see `moejax.output.staging.staged_dir`)."""
     if name not in STUDIES:
         raise UnknownNameError("study", name, STUDIES)
     module = importlib.import_module(STUDIES[name])

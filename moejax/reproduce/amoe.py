@@ -19,12 +19,12 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from moejax.models import load_model
+from moejax.catalog.models import load_model
+from moejax.cli.amoe import p99_from_hist
+from moejax.output.progress import step
+from moejax.output.results import atomic_write_csv, atomic_write_rows
 from moejax.reproduce import Claim, Report, amoe_figures
-from moejax.reproduce.progress import step
-from moejax.results import atomic_write_csv, atomic_write_rows
 from moejax.systems.amoe import runner, serve
-from moejax.systems.amoe.cli import p99_from_hist
 from moejax.trace.gen import WORKLOADS, request_stream
 
 MODEL = "mixtral-8x7b"

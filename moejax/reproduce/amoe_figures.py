@@ -1,6 +1,6 @@
 """Figures of paper 002 (AMoE): the steady-state study (`steady_amoe.py`, shipped) and the
-earlier finite-stream study (`amoe.run_finite`), drawn through `moejax.plotting` from the rows
-each study writes to CSV, so `moejax reproduce amoe --replot DIR` redraws them from DIR.
+earlier finite-stream study (`amoe.run_finite`), drawn through `moejax.output.plotting` from the
+rows each study writes to CSV, so `moejax reproduce amoe --replot DIR` redraws them from DIR.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moejax import plotting
+from moejax.output import plotting
 from moejax.reproduce.figure_io import FigureDir
 
 SYSTEMS = {  # steady study: CSV `system` -> legend

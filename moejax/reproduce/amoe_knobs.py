@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from moejax.policies import load_policy
+from moejax.catalog.policies import load_policy
+from moejax.output.results import atomic_write_json, atomic_write_rows, atomic_write_text
 from moejax.reproduce.steady_amoe import ONE_NODE, _parallel, open_point
-from moejax.results import atomic_write_json, atomic_write_rows, atomic_write_text
 from moejax.tune import export, smoothed
 
 KS = (1, 2, 4, 8)

@@ -51,14 +51,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax import engine, plotting
-from moejax.hardware import load_platform
-from moejax.models import load_model
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model
+from moejax.output import plotting
+from moejax.output.progress import study_progress
+from moejax.output.results import atomic_write_csv, atomic_write_json
 from moejax.placement import eplb_reference, slots
 from moejax.reproduce import Claim, Report
 from moejax.reproduce import balancing_data as data
-from moejax.reproduce.progress import study_progress
-from moejax.results import atomic_write_csv, atomic_write_json
+from moejax.runner import engine
 from moejax.systems import ep, rebalancing, rebalancing_tuning
 from moejax.trace import from_counts
 from moejax.trace import io as trace_io

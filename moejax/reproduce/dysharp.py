@@ -22,11 +22,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax.hardware import load_platform
-from moejax.models import load_model, with_overrides
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model, with_overrides
+from moejax.output.progress import study_progress
+from moejax.output.results import atomic_write_csv
 from moejax.reproduce import Claim, Report, dysharp_figures
-from moejax.reproduce.progress import study_progress
-from moejax.results import atomic_write_csv
 from moejax.systems.dysharp import closed_form, compare, packet, system, traffic
 from moejax.systems.dysharp.config import contiguous_placement, make_config
 from moejax.trace import gen

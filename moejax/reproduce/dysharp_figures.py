@@ -1,4 +1,4 @@
-"""Figures of paper 004 (DySHARP), drawn through `moejax.plotting` from the columns the study
+"""Figures of paper 004 (DySHARP), drawn through `moejax.output.plotting` from the columns the study
 writes to CSV, so `moejax reproduce dysharp --replot DIR` redraws them from DIR alone. Legend
 names are the catalog policies' own one-line descriptions (`policies/<name>.toml`)."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moejax import plotting
+from moejax.output import plotting
 from moejax.reproduce.figure_io import FigureDir
 
 NAMES = {  # catalog policy -> legend (policies/<name>.toml first line)

@@ -22,13 +22,14 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from moejax import engine, plotting
-from moejax.hardware import load_platform
-from moejax.models import load_model, with_overrides
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model, with_overrides
+from moejax.output import plotting
+from moejax.output.progress import study_progress
+from moejax.output.results import atomic_write_csv
 from moejax.physics import gemm
 from moejax.reproduce import Claim, Report, epsmoe_figures
-from moejax.reproduce.progress import study_progress
-from moejax.results import atomic_write_csv
+from moejax.runner import engine
 from moejax.systems.epsmoe.config import default_params, make_config
 from moejax.systems.epsmoe.layer import heuristic_pn
 from moejax.systems.epsmoe.system import build

@@ -1,4 +1,4 @@
-"""Figures of paper 003 (EPS-MoE), drawn through `moejax.plotting` from the columns the study
+"""Figures of paper 003 (EPS-MoE), drawn through `moejax.output.plotting` from the columns the study
 writes to CSV, so `moejax reproduce epsmoe --replot DIR` redraws them from DIR alone."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moejax import plotting
+from moejax.output import plotting
 from moejax.reproduce.figure_io import FigureDir
 
 T3_LEGEND = {  # 003 Table 3 rows: the study's T3_VARIANTS against vLLM's TP+TP (GroupGemm)

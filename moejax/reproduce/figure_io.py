@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moejax import plotting
+from moejax.output import plotting
 
 
 class FigureDir:

@@ -33,12 +33,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax import engine, plotting
-from moejax.hardware import load_platform
-from moejax.models import load_model, with_overrides
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model, with_overrides
+from moejax.output import plotting
+from moejax.output.progress import study_progress
+from moejax.output.results import atomic_write_csv
 from moejax.reproduce import Claim, Report
-from moejax.reproduce.progress import study_progress
-from moejax.results import atomic_write_csv
+from moejax.runner import engine
 from moejax.systems import ep
 from moejax.systems.fsedp import hydra
 from moejax.systems.fsedp import system as fsys

@@ -17,13 +17,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax import engine, plotting
+from moejax.catalog.hardware import load_platform
+from moejax.catalog.models import load_model, with_overrides
 from moejax.errors import ConfigError
-from moejax.hardware import load_platform
-from moejax.models import load_model, with_overrides
+from moejax.output import plotting
+from moejax.output.progress import step
+from moejax.output.results import atomic_write_csv
 from moejax.reproduce import Claim, Report
-from moejax.reproduce.progress import step
-from moejax.results import atomic_write_csv
+from moejax.runner import engine
 from moejax.systems.wafer import balancer as bal
 from moejax.systems.wafer import mapping as mp
 from moejax.systems.wafer import system as ws

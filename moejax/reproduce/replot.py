@@ -3,7 +3,7 @@ summary.json) a run wrote into DIR, without simulating anything (issue 13, item 
 
 Each study names a `plot_from_dir(src: Path, out: Path) -> list[str]` in `PLOTTERS` (module
 path, function); it reads only what `moejax reproduce STUDY --out src` wrote and draws through
-`moejax.plotting`, the same figure functions the study itself calls, so a replot of a run's
+`moejax.output.plotting`, the same figure functions the study itself calls, so a replot of a run's
 CSVs gives that run's figures. Used to regenerate the shipped `docs/results/<study>/` PNGs after
 a change to a figure.
 """
@@ -14,8 +14,8 @@ import importlib
 from pathlib import Path
 
 from moejax.errors import ConfigError, UnknownNameError
-from moejax.outpaths import check_dir
-from moejax.staging import staged_dir
+from moejax.output.outpaths import check_dir
+from moejax.output.staging import staged_dir
 
 PLOTTERS: dict[str, str] = {
     "fsedp": "moejax.reproduce.fsedp_figures",

@@ -29,12 +29,12 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from moejax.catalog.models import load_model
+from moejax.catalog.policies import load_policy
 from moejax.errors import ConfigError
-from moejax.models import load_model
-from moejax.policies import load_policy
+from moejax.output.progress import study_progress
+from moejax.output.results import atomic_write_csv, atomic_write_rows
 from moejax.reproduce import Claim, Report, amoe_figures
-from moejax.reproduce.progress import study_progress
-from moejax.results import atomic_write_csv, atomic_write_rows
 from moejax.systems.amoe import aep, serve, steady, sync, sync_closed
 from moejax.systems.amoe import policy as amoe_policy
 from moejax.trace.gen import WORKLOADS, request_stream

@@ -21,12 +21,12 @@ import numpy as np
 from flax import struct
 
 from moejax import ops, relax
-from moejax.engine import System
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
 from moejax.physics import collectives, topology
 from moejax.physics.roofline import compute_time_s, memory_time_s
+from moejax.system import System
 from moejax.trace import Trace
 
 ATTENTION_MODES = ("dp", "tp")

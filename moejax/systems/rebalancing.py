@@ -32,11 +32,11 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from moejax.engine import System
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
 from moejax.placement import eplb, migration, slots
+from moejax.system import System
 from moejax.systems import ep
 from moejax.trace import Trace
 

@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from moejax import engine
 from moejax.errors import ConfigError
+from moejax.runner import engine
 from moejax.tune.params import SmoothedKnob
 
 

@@ -224,7 +224,7 @@ def plot(trace: Trace, path, meta: dict | None = None, title: str = "",
     """A 2x2 PNG: sorted expert shares per layer, skew per layer, activated experts vs m,
     and cross-layer affinity / temporal locality. `fitted` (family -> sorted shares [E])
     overlays fitted generator profiles on the first panel."""
-    from moejax import plotting
+    from moejax.output import plotting
 
     a = analyze(trace, meta)
     e = trace.num_experts

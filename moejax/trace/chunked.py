@@ -1,6 +1,6 @@
 """A batch of traces made on demand, one chunk at a time, so it never exists whole.
 
-`moejax.engine.simulate` asks a `ChunkedTraces` for the chunk of each compiled call and
+`moejax.runner.engine.simulate` asks a `ChunkedTraces` for the chunk of each compiled call and
 drops it after the call; memory then grows with the chunk, not with the batch (issue 13:
 a whole generated batch of 20 000 traces peaked at 21.5 GB).
 """
@@ -59,7 +59,7 @@ class ChunkedTraces:
 
     def rows(self, start: int, stop: int) -> ChunkedTraces:
         """Traces [start, stop) as a `ChunkedTraces` of their own (nothing made yet): one
-        process's block of a multi-process run (`moejax.distributed.Partition.take`)."""
+        process's block of a multi-process run (`moejax.runner.distributed.Partition.take`)."""
         if not 0 <= start < stop <= self.num_traces:
             raise ConfigError(f"rows: [{start}, {stop}) is not a non-empty range within "
                               f"[0, {self.num_traces})")

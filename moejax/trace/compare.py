@@ -167,7 +167,7 @@ def add_compare_parser(tsub) -> None:
 
 
 def run_compare(args) -> int:
-    from moejax.results import atomic_write_json
+    from moejax.output.results import atomic_write_json
 
     if args.json and Path(args.json).is_dir():
         raise ConfigError(f"--json: {args.json} is a folder; give a file name")

@@ -379,7 +379,7 @@ def fit(trace: Trace, families=FIT_FAMILIES, *, holdout: bool = True, key=None,
 
 def save_fit(path, result: dict, family: str, source: str = "") -> Path:
     """Write the fitted specs of `family` from a `fit` result as JSON (atomically)."""
-    from moejax.results import atomic_write_json
+    from moejax.output.results import atomic_write_json
 
     res = result["families"].get(family)
     if res is None or "error" in res:

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from moejax.errors import ConfigError
-from moejax.results import atomic_write_text
+from moejax.output.results import atomic_write_text
 
 
 def _toml_value(v) -> str:
@@ -42,7 +42,7 @@ def check_toml_path(path) -> Path:
 
 def policy_text(base, overrides: dict, run: dict, step: int, description: str = "",
                 header: str = "") -> str:
-    """TOML text of the tuned policy: `base` (a moejax.policies.Policy) with `overrides`.
+    """TOML text of the tuned policy: `base` (a moejax.catalog.policies.Policy) with `overrides`.
 
     header: the comment lines saying how the values were tuned (default: a gradient run on
     traces, from `run`)."""

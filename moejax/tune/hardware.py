@@ -203,7 +203,7 @@ def platform_toml(platform, ddr_Bps: float | None, link_Bps: float | None, heade
     --hardware`. The text is a function of its arguments only."""
     from pathlib import Path
 
-    from moejax.schema import read_toml
+    from moejax.catalog.schema import read_toml
     from moejax.tune.export import _toml_value
 
     data = read_toml(Path(platform.path))

@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from moejax import engine
 from moejax.errors import CheckpointError, ConfigError, UnknownNameError
+from moejax.runner import engine
 from moejax.tune import checkpoint as ck
 from moejax.tune import targets
 from moejax.tune.params import IntegerKnob, Placement
@@ -442,7 +442,7 @@ def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bo
         raise ConfigError(f"relaxation = {cfg.relaxation!r} with system = 'aep': aep (a "
                           "discrete-event simulation, decay acts through an argmax) is tuned "
                           "with relaxation = 'smoothed' (Gaussian smoothing)")
-    if jax.process_count() > 1:  # data-parallel over processes (moejax.distributed)
+    if jax.process_count() > 1:  # data-parallel over processes (moejax.runner.distributed)
         from moejax.tune import parallel
 
         return parallel.tune(cfg, out, resume=resume, progress=progress, callback=callback,
@@ -472,7 +472,7 @@ def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bo
     hard = hard_values(prob, raw)
     evaluation = evaluate(prob, hard) if evaluate_heldout else {}
     if evaluate_heldout:
-        from moejax.results import atomic_write_json
+        from moejax.output.results import atomic_write_json
 
         atomic_write_json(Path(out) / "summary.json",
                           {"run": cfg.spec(), "step": step, "final_loss": history[-1],

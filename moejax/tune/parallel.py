@@ -1,10 +1,10 @@
-"""`moejax tune` data-parallel over processes (issue 18, `moejax.distributed`).
+"""`moejax tune` data-parallel over processes (issue 18, `moejax.runner.distributed`).
 
 Each process runs the same update loop on the same parameters. A step's batch (the same
 `cfg.batch` training-trace indices as a single-process run: a permutation keyed by the step)
 is cut into `jax.process_count()` equal blocks; process r takes the gradient of the loss on
 block r, and the gradients (and losses) are averaged across processes by a collective
-(`moejax.distributed.mean_across_processes`: an all-gather over jax's cross-process
+(`moejax.runner.distributed.mean_across_processes`: an all-gather over jax's cross-process
 collectives, gloo on CPU) before the optimizer step, which every process then applies
 identically. For losses that are means over traces (mean / throughput / forward), the mean of
 equal blocks' means is the batch mean, so a run equals the single-process run up to float
@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from moejax import distributed, engine
 from moejax.errors import ConfigError, MoejaxError
+from moejax.runner import distributed, engine
 from moejax.tune import checkpoint as ck
 
 # Losses that are means over the traces of a batch (split evenly, the mean of the blocks'
@@ -144,7 +144,7 @@ def tune(cfg, out: str | Path, *, resume: bool, progress: bool, callback,
     hard = loop.hard_values(prob, raw)
     evaluation = loop.evaluate(prob, hard) if evaluate_heldout else {}
     if evaluate_heldout and writer:
-        from moejax.results import atomic_write_json
+        from moejax.output.results import atomic_write_json
 
         atomic_write_json(Path(out) / "summary.json",
                           {"run": cfg.spec(), "step": step, "final_loss": history[-1],

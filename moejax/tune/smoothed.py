@@ -199,7 +199,7 @@ def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool 
     hard = {"decay": f.hard(raw["decay"])}
     evaluation = {}
     if evaluate_heldout:
-        from moejax.results import atomic_write_json
+        from moejax.output.results import atomic_write_json
 
         evaluation = evaluate_aep(prob, hard["decay"], default)
         atomic_write_json(Path(out) / "summary.json",
@@ -226,8 +226,8 @@ def evaluate_aep(prob: AEPProblem, tuned: float, default: float) -> dict:
 
 def write_policy(path: str | Path, cfg, hard: dict, step: int) -> Path:
     """The base aep policy with the tuned `decay`, as a policy TOML (atomic)."""
-    from moejax.policies import load_policy
-    from moejax.results import atomic_write_text
+    from moejax.catalog.policies import load_policy
+    from moejax.output.results import atomic_write_text
     from moejax.tune import export
 
     path = export.check_toml_path(path)

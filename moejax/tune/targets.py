@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from moejax import relax
-from moejax.engine import System
 from moejax.errors import ConfigError, UnknownNameError
+from moejax.system import System
 from moejax.tune import params as fam
 
 

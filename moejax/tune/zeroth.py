@@ -119,7 +119,8 @@ def tune_wafer_alpha(hardware: str = "wsc-4x4", model: str = "qwen3-30b-a3b",
     balance' (alpha = 1e9). Returns a JSON-able summary."""
     import dataclasses as dc
 
-    from moejax import api, engine
+    from moejax import api
+    from moejax.runner import engine
     from moejax.systems.wafer import system as wsys
     from moejax.tune.traces import fixed_popularity, sample_from_popularity
 

@@ -33,10 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from moejax.engine import System
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
+from moejax.system import System
 from moejax.systems.amoe import routing, schedulers
 from moejax.systems.amoe.config import (
     BIG_TICK,

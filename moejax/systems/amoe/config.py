@@ -15,9 +15,9 @@ import math
 import jax
 import numpy as np
 
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
 from moejax.physics import topology
 
 TICK_S = 1e-6  # event-clock resolution: int32 microseconds (a 35-minute horizon)

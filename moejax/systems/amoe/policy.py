@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
 from moejax.systems.amoe import aep, sync
 from moejax.systems.amoe.config import SCHEDULERS, Overheads, mqa
 

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax.engine import System
 from moejax.errors import MoejaxError
+from moejax.system import System
 
 
 @functools.lru_cache(maxsize=32)

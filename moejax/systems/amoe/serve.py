@@ -12,10 +12,10 @@ import dataclasses
 import jax
 import numpy as np
 
+from moejax.catalog.hardware import Platform, load_platform, parse_platform
+from moejax.catalog.models import ModelSpec, load_model
+from moejax.catalog.policies import Policy, load_policy
 from moejax.errors import UnknownNameError
-from moejax.hardware import Platform, load_platform, parse_platform
-from moejax.models import ModelSpec, load_model
-from moejax.policies import Policy, load_policy
 from moejax.systems import SYSTEMS
 from moejax.systems.amoe import runner
 from moejax.trace import gen

@@ -21,11 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from moejax.engine import System
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
 from moejax.physics import collectives, topology
+from moejax.system import System
 from moejax.systems.amoe import routing
 from moejax.systems.amoe.aep import _itl_bin, stream_seed, stream_ticks
 from moejax.systems.amoe.config import (

@@ -13,9 +13,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
-from moejax.policies import load_policy
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
+from moejax.catalog.policies import load_policy
 from moejax.systems.dysharp import system, traffic
 from moejax.systems.dysharp.config import DyConfig, DyParams, make_config
 

@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
 
 PRIMITIVES = ("unicast_pair", "unicast_rank", "nvls", "dymultimem", "explicit")
 SCHEDULES = ("serial", "coarse", "fine", "fused")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from moejax.hardware import Platform
+from moejax.catalog.hardware import Platform
 from moejax.systems.dysharp.config import EXPLICIT_ADDRESS_BYTES, TARGETS_PER_FLIT
 
 DEFAULT_PACKET = (320.0, 64.0, 16.0)  # 004 §III-A 80% ideal, §V-A 16 B flits (gh200-nvl32)

@@ -15,10 +15,10 @@ import jax.numpy as jnp
 from flax import struct
 
 from moejax import relax
-from moejax.engine import System
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
+from moejax.system import System
 from moejax.systems import ep
 from moejax.systems.dysharp import packet, schedule, traffic
 from moejax.systems.dysharp.config import (

@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
 from moejax.physics import topology
 from moejax.physics.gemm import GemmProfile
 

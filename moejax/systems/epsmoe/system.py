@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from moejax.engine import System
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
+from moejax.system import System
 from moejax.systems.epsmoe import relaxed
 from moejax.systems.epsmoe.config import (
     DEFAULT_ALPHA_S,

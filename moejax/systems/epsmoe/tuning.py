@@ -31,8 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax import engine
 from moejax.errors import ConfigError
+from moejax.runner import engine
 from moejax.tune import params as fam
 
 SWITCH_RANGE = (128.0, 32768.0)  # rows per expert: Fig. 5 spans 128 .. 16384 (log box)

@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
 from moejax.physics import topology
 
 # Per-micro-slice control overhead (000 §IV: "finer micro-slices ... increase relative

@@ -12,10 +12,10 @@ import jax.numpy as jnp
 from flax import struct
 
 from moejax import relax
-from moejax.engine import System
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
+from moejax.system import System
 from moejax.systems import ep
 from moejax.systems.fsedp import buffering
 from moejax.systems.fsedp.config import (

@@ -36,12 +36,12 @@ import numpy as np
 from flax import struct
 
 from moejax import relax
-from moejax.engine import System
+from moejax.catalog.hardware import Platform
+from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.hardware import Platform
-from moejax.models import ModelSpec
 from moejax.physics import collectives, eq1, topology
 from moejax.physics.roofline import compute_time_s, memory_time_s
+from moejax.system import System
 from moejax.systems.wafer import balancer as bal
 from moejax.systems.wafer import mapping as mp
 from moejax.trace import Trace
@@ -477,7 +477,7 @@ def unit_tables(cfg: WaferConfig, counts_only: bool) -> UnitTables | None:
         parts["total"].append(t.sum(axis=(1, 2)))
     if cfg.eq1 and support.max() > 1:  # overlapping units: the latency indicator is not linear
         return None
-    xp = jnp if isinstance(plat, jax.core.Tracer) else np  # a swept hop latency (moejax.sweep)
+    xp = jnp if isinstance(plat, jax.core.Tracer) else np  # a swept hop latency (runner.sweep)
     cols = {}
     if cfg.eq1 and xp is np:  # a port is used iff its bandwidth part is > 0 (inv_bw > 0)
         for k in ("d", "c"):

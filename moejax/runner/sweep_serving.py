@@ -50,7 +50,7 @@ class Serving:
 
 def check_keys(setup, keys: list[str], serving: Serving) -> tuple[list[str], list[str]]:
     """(params keys, hardware keys) of a serving sweep; ConfigError naming the allowed keys."""
-    from moejax.sweep import HARDWARE_KEYS, params_keys
+    from moejax.runner.sweep import HARDWARE_KEYS, params_keys
     from moejax.systems import SYSTEMS
 
     _, params = SYSTEMS[setup.policy.system].from_policy(
@@ -89,7 +89,7 @@ def _platform_points(setup, points, hw_keys, n):
 
 
 def _build(setup, hw: dict, requests: int):
-    from moejax.sweep import with_platform_values
+    from moejax.runner.sweep import with_platform_values
     from moejax.systems import SYSTEMS
 
     platform = with_platform_values(setup.platform, hw) if hw else setup.platform
@@ -209,7 +209,7 @@ def summarize(points: dict[str, np.ndarray], out: dict[str, np.ndarray]) -> dict
     """Tidy columns, one row per design point: the swept values; the stream means of
     throughput, mean ITL and mean TTFT; ITL p99 of the point's streams pooled (the upper
     edge of the histogram bin holding it, as `moejax simulate` reports it)."""
-    from moejax.systems.amoe.cli import p99_from_hist
+    from moejax.cli.amoe import p99_from_hist
 
     cols = {k: np.asarray(v) for k, v in points.items()}
     for k in MEAN_METRICS:

@@ -60,7 +60,7 @@ def available_bytes() -> int:
 
 def metric_bytes_per_trace(system, params, traces) -> tuple[int, int]:
     """(bytes of one trace's metrics, number of scalar metrics) by `jax.eval_shape`."""
-    from moejax.engine import run_one
+    from moejax.runner.engine import run_one
 
     one = _one_trace_shapes(traces)
     out = jax.eval_shape(lambda t, k: run_one(system, params, t, k), one, jax.random.key(0))
@@ -88,7 +88,7 @@ def _one_trace_shapes(traces):
 
 def trace_bytes_per_trace(traces) -> tuple[int, int]:
     """(bytes of one trace's leaves, generator scratch per trace)."""
-    from moejax.engine import batch_size
+    from moejax.runner.engine import batch_size
     from moejax.trace.chunked import ChunkedTraces
 
     if isinstance(traces, ChunkedTraces):
@@ -137,7 +137,7 @@ def check(system, params, traces, chunk_size: int | None) -> int:
     costs about a second on CPU, and one chunk's keys and metrics are small beside its
     traces).
     """
-    from moejax.engine import batch_size, default_chunk
+    from moejax.runner.engine import batch_size, default_chunk
 
     n = batch_size(traces)
     chunk = min(n, chunk_size or default_chunk(traces, system))
@@ -155,7 +155,7 @@ def check_whole_batch(traces, copies: int = 3, available: int | None = None) -> 
     (the arrays, their NumPy copies, the compressed file) plus one chunk's scratch."""
     available = available_bytes() if available is None else available
     trace_bytes, scratch = trace_bytes_per_trace(traces)
-    from moejax.engine import batch_size
+    from moejax.runner.engine import batch_size
 
     n = batch_size(traces)
     need = n * trace_bytes * copies + min(n, 512) * scratch

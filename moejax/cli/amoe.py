@@ -11,15 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from moejax import engine
 from moejax.errors import ConfigError
+from moejax.runner import engine
 from moejax.systems.amoe import serve
 from moejax.systems.amoe.config import itl_bin_edges_s
 from moejax.trace.gen import WORKLOADS
 
 
 def is_stream_policy(policy: str) -> bool:
-    from moejax.policies import load_policy
+    from moejax.catalog.policies import load_policy
 
     return load_policy(policy).system in serve.STREAM_SYSTEMS
 
@@ -35,7 +35,7 @@ def p99_from_hist(hist) -> float:
 
 
 def simulate(args) -> int:
-    from moejax.results import atomic_write_csv, atomic_write_json
+    from moejax.output.results import atomic_write_csv, atomic_write_json
 
     if getattr(args, "trace", None):
         raise ConfigError(f"--trace: policy {args.policy!r} draws its routing from a Poisson "
@@ -46,7 +46,7 @@ def simulate(args) -> int:
                           "arrival rate > 0 (requests/s)")
     if args.workload not in WORKLOADS:
         raise ConfigError(f"--workload = {args.workload!r}; allowed: {', '.join(WORKLOADS)}")
-    from moejax.status import live_status
+    from moejax.output.status import live_status
 
     t0 = time.perf_counter()
     with live_status(f"simulating {args.policy}", show=not args.quiet) as say:

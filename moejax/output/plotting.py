@@ -14,7 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from moejax.results import atomic_write_bytes
+from moejax.output.results import atomic_write_bytes
 
 # Decimal multiples, as the papers and vendors quote them (MB = 1e6 bytes, GB/s = 1e9 B/s).
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
@@ -114,7 +114,7 @@ def heatmap(ax, values, *, cmap: str = "viridis", label: str = "", extent=None, 
 
 
 def read_csv(path: Path | str) -> dict[str, np.ndarray]:
-    """The columns of a CSV written by `moejax.results` (header row, then values): numeric
+    """The columns of a CSV written by `moejax.output.results` (header row, then values): numeric
     columns as float64 arrays (empty cells NaN), the others as str arrays. For redrawing a
     study's figures from its shipped CSV files (`moejax reproduce STUDY --replot DIR`)."""
     import csv

@@ -16,7 +16,7 @@ How a value reaches the simulation, per key:
   FSE-DP derives its micro-slice minimum from the buffer size) cannot be traced: the key is
   rejected in one line naming the keys that can be swept for that system.
 Stream-serving systems (002 AMoE: aep, ep_serving) serve request streams, not traces:
-`moejax.sweep_serving` (the CLI sends them there).
+`moejax.runner.sweep_serving` (the CLI sends them there).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax import distributed, engine
 from moejax.errors import ConfigError
+from moejax.runner import distributed, engine
 
 # Platform values a sweep may trace: key -> (spec, field). `peak_flops` sets the bf16 peak and
 # scales every other dtype's entry by the same factor (the ratios of the vendor sheet).
@@ -219,7 +219,7 @@ def run(plan: Plan, points: dict[str, np.ndarray], traces, key, *,
     `points_per_call` points (default: all of them, or as many as keep a call's
     (point, trace) pairs near `engine.default_chunk`).
 
-    In a multi-process run (`moejax.distributed`) each process evaluates its share of the
+    In a multi-process run (`moejax.runner.distributed`) each process evaluates its share of the
     points, whole blocks of the single-process run (the same call shapes, so the same values
     bit for bit), and the metrics are all-gathered back to [P, T] on every process."""
     n = engine.batch_size(traces)

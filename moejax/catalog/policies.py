@@ -11,8 +11,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from moejax import catalog
-from moejax.schema import Table, read_toml
+from moejax.catalog import paths as catalog
+from moejax.catalog.schema import Table, read_toml
 
 
 @dataclasses.dataclass(frozen=True)

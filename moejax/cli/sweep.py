@@ -1,5 +1,5 @@
 """`moejax sweep`: a design-space grid of one platform / model / policy, evaluated as one
-vmapped batch of design points (`moejax.sweep`), written as a tidy CSV and a PNG."""
+vmapped batch of design points (`moejax.runner.sweep`), written as a tidy CSV and a PNG."""
 
 from __future__ import annotations
 
@@ -47,8 +47,9 @@ def add_parser(sub, positive_int):
 def command(args) -> int:
     import jax
 
-    from moejax import api, distributed, sweep
-    from moejax.results import atomic_write_csv, atomic_write_json
+    from moejax import api
+    from moejax.output.results import atomic_write_csv, atomic_write_json
+    from moejax.runner import distributed, sweep
     from moejax.systems import SYSTEMS
     from moejax.trace import gen
 
@@ -105,11 +106,11 @@ SERVING_METRICS = ("itl_mean_s", "itl_p99_s", "throughput_tok_s", "ttft_mean_s")
 
 
 def _serving(args, setup, points, varies) -> int:
-    """A sweep of a stream-serving policy (`moejax.sweep_serving`): one row per design point
+    """A sweep of a stream-serving policy (`moejax.runner.sweep_serving`): one row per design point
     with throughput, ITL mean / p99 and TTFT over its streams."""
-    from moejax import distributed, sweep_serving
-    from moejax.results import atomic_write_csv, atomic_write_json
-    from moejax.status import live_status
+    from moejax.output.results import atomic_write_csv, atomic_write_json
+    from moejax.output.status import live_status
+    from moejax.runner import distributed, sweep_serving
     from moejax.trace.gen import WORKLOADS
 
     if args.workload not in WORKLOADS:
@@ -157,7 +158,7 @@ def _serving(args, setup, points, varies) -> int:
 def plot_serving(path: Path, points: dict, cols: dict, metric: str, title: str) -> None:
     """One key: mean and p99 ITL (ms) against it, throughput on the right axis. Two or more:
     a heatmap of `metric` over the first two keys (at the first value of the others)."""
-    from moejax import plotting
+    from moejax.output import plotting
 
     keys = list(points)
     if len(keys) > 1:
@@ -197,7 +198,7 @@ def _scale(key: str) -> tuple[float, str]:
 def plot(path: Path, points: dict, cols: dict, metric: str, title: str) -> None:
     """One key: mean / p50 / p99 against it. Two or more: a heatmap of the mean over the
     first two keys (at the first value of the others)."""
-    from moejax import plotting
+    from moejax.output import plotting
 
     keys = list(points)
     mean = cols[f"{metric}_mean"]

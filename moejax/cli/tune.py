@@ -1,6 +1,6 @@
 """The `moejax tune` subcommand: arguments, and the summary table printed at the end.
 
-Kept here (imported lazily by moejax.cli) so the tuning options live beside `TuneConfig`.
+Kept here (imported lazily by moejax.cli.main) so the tuning options live beside `TuneConfig`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Traces are made (or sliced from a recording) a chunk at a time, exactly as in
 `engine.simulate` (same keys, same chunk shapes, so a streamed run's rows equal the in-memory
 run's bit for bit); each chunk's per-trace rows go to the results folder and its metrics into
-streaming summaries (`moejax.sketch`: exact mean / min / max, percentiles within a stated
+streaming summaries (`moejax.runner.sketch`: exact mean / min / max, percentiles within a stated
 relative error). Nothing grows with --traces except the split keys (48 bytes a trace).
 
 Folder layout (`--out DIR`):
@@ -18,7 +18,7 @@ while one part and its state are renamed in, so an interrupted run leaves whole 
 state that counts exactly them (or nothing). `--resume` reads the state, checks the settings
 match, drops any part past the state's count and goes on from the next trace.
 
-Several processes (`moejax.distributed`): the run goes in rounds of whole chunks of the
+Several processes (`moejax.runner.distributed`): the run goes in rounds of whole chunks of the
 single-process run (the same chunk boundaries, so the same compiled shapes and the same
 rows bit for bit); in a round each process simulates `ROUND_CHUNKS` consecutive chunks, the
 rows are all-gathered (`process_allgather`, one collective a round) and process 0 alone
@@ -40,10 +40,10 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from moejax import budget, distributed, engine
 from moejax.errors import ConfigError
-from moejax.results import atomic_write_bytes, atomic_write_json
-from moejax.sketch import ALPHA, LogHistogram, RunningMean
+from moejax.output.results import atomic_write_bytes, atomic_write_json
+from moejax.runner import budget, distributed, engine
+from moejax.runner.sketch import ALPHA, LogHistogram, RunningMean
 from moejax.trace.chunked import key_data_of
 
 STATE = "stream_state.npz"
@@ -317,7 +317,7 @@ def simulate_streamed(args, setup, traces, key, source: str) -> int:
     """The CLI's `simulate --stream` / `--resume` (see the module doc); prints the summary and
     writes summary.json when the last trace is done."""
     from moejax.api import check_trace_fits
-    from moejax.cli import _print_summary
+    from moejax.cli.main import _print_summary
     from moejax.systems import SYSTEMS
 
     if args.resume and not args.out:
@@ -364,7 +364,7 @@ def simulate_streamed(args, setup, traces, key, source: str) -> int:
             "processes": distributed.process_count(),
             "results": f"{PARTS}/part-*.parquet, {PART_ROWS} traces a part" if out_dir
             else None,
-            "percentiles": f"log-bucket histogram (moejax.sketch, DDSketch mapping): p50 / "
+            "percentiles": f"log-bucket histogram (moejax.runner.sketch, DDSketch mapping): p50 / "
                            f"p99 within relative error {ALPHA:g} of NumPy's; mean, min, max "
                            "exact to float64 rounding",
         },

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from moejax.errors import UnknownNameError
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent  # the `moejax` package folder
 KINDS = ("hardware", "policies")
 
 

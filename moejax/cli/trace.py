@@ -1,5 +1,5 @@
 """`moejax trace import | fit` and the extra output of `moejax trace inspect` (the CLI in
-`moejax.cli` adds their parsers and calls these)."""
+`moejax.cli.main` adds their parsers and calls these)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def run_import(args) -> int:
 def run_fit(args) -> int:
     import jax
 
-    from moejax.results import atomic_write_json
+    from moejax.output.results import atomic_write_json
     from moejax.trace import fit
     from moejax.trace import io as trace_io
 
@@ -103,7 +103,7 @@ def run_fit(args) -> int:
             raise ConfigError(f"file: fit takes one recording, {args.file} holds "
                               f"{tr.batch_shape[0]} traces")
         tr = tr[0]
-    from moejax.reproduce.progress import study_progress
+    from moejax.output.progress import study_progress
 
     families = tuple(args.family or fit.FIT_FAMILIES)
     with study_progress("trace fit", len(families) + 1) as tick:  # a family a step, + papers'
@@ -156,7 +156,7 @@ def inspect_extra(tr, meta: dict, plot_path: str | None, as_json: str | None,
     a = analysis.analyze(first, meta)
     print(analysis.format_analysis(a))
     if as_json:
-        from moejax.results import atomic_write_json
+        from moejax.output.results import atomic_write_json
 
         doc = dict(a)
         if tr.batch_shape:

@@ -12,9 +12,9 @@ import dataclasses
 import functools
 from pathlib import Path
 
-from moejax import catalog
+from moejax.catalog import paths as catalog
+from moejax.catalog.schema import Table, read_toml
 from moejax.errors import ConfigError
-from moejax.schema import Table, read_toml
 
 FAMILIES = ("chiplet", "wafer", "gpu")
 TOPOLOGY_KINDS = ("ring", "mesh2d", "multi_wafer_mesh", "switch", "hierarchical")

@@ -21,9 +21,10 @@ DEFAULT_GEN = "powerlaw:alpha=1.2"
 def _simulate(args) -> int:
     import jax
 
-    from moejax import api, distributed, engine
-    from moejax.results import atomic_write_csv, atomic_write_json
-    from moejax.systems.amoe import cli as amoe_cli
+    from moejax import api
+    from moejax.cli import amoe as amoe_cli
+    from moejax.output.results import atomic_write_csv, atomic_write_json
+    from moejax.runner import distributed, engine
     from moejax.trace import gen
     from moejax.trace import io as trace_io
 
@@ -33,7 +34,7 @@ def _simulate(args) -> int:
     m = setup.model
     key = jax.random.key(args.seed)
     if args.trace:
-        from moejax.trace.commands import check_recording_args
+        from moejax.cli.trace import check_recording_args
 
         check_recording_args(args, _DefaultInt)
         traces, meta = trace_io.load(args.trace)
@@ -63,7 +64,7 @@ def _simulate(args) -> int:
         )
         source = f"generated {gen.spec_to_str(spec)}"
     if args.stream or args.resume:  # rows to Parquet a part at a time, streaming summaries
-        from moejax.stream import simulate_streamed
+        from moejax.runner.stream import simulate_streamed
 
         return simulate_streamed(args, setup, traces, key, source)
     t0 = time.perf_counter()
@@ -138,7 +139,7 @@ def _catalog(args) -> int:
     from rich.table import Table
 
     if args.what == "models":
-        from moejax.models import MODELS
+        from moejax.catalog.models import MODELS
 
         t = Table(title="models")
         for c in ("name", "d_model", "d_ffn", "E", "top-k", "shared", "MoE/all layers",
@@ -149,7 +150,7 @@ def _catalog(args) -> int:
                       str(m.top_k), str(m.num_shared_experts),
                       f"{m.num_sparse_layers}/{m.num_layers}", m.attention_kind, m.source)
     elif args.what == "hardware":
-        from moejax.hardware import load_platform, platform_names
+        from moejax.catalog.hardware import load_platform, platform_names
 
         t = Table(title="hardware")
         for c in ("name", "family", "devices", "topology", "link GB/s/dir", "TFLOP/s bf16",
@@ -167,7 +168,7 @@ def _catalog(args) -> int:
                       f"{p.device.flops('bf16') / 1e12:.4g}", f"{p.device.memory_Bps / 1e9:g}",
                       p.source)
     else:
-        from moejax.policies import load_policy, policy_names
+        from moejax.catalog.policies import load_policy, policy_names
 
         t = Table(title="policies")
         for c in ("name", "system", "description", "source"):
@@ -186,7 +187,7 @@ def _trace(args) -> int:
     from moejax.trace import io as trace_io
 
     if args.trace_cmd == "gen":
-        from moejax import budget
+        from moejax.runner import budget
 
         spec = gen.parse_spec(args.spec)
         lazy = gen.generate_chunked(spec, jax.random.key(args.seed), num_traces=args.traces,
@@ -201,7 +202,7 @@ def _trace(args) -> int:
         return 0
     if args.trace_cmd in ("import", "fit", "compare"):
         return args.trace_fn(args)
-    from moejax.trace.commands import run_inspect
+    from moejax.cli.trace import run_inspect
 
     return run_inspect(args)
 
@@ -230,7 +231,8 @@ def _reproduce(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from moejax import distributed, reproduce
+    from moejax import reproduce
+    from moejax.runner import distributed
 
     if args.replot:  # issue 13: figures from a run's CSVs, no simulation
         from moejax.reproduce.replot import replot
@@ -261,12 +263,12 @@ def _reproduce(args) -> int:
 
 
 def _tune(args) -> int:
+    from moejax.cli.tune import config_from_args, finish
     from moejax.tune import TuneConfig, tune
-    from moejax.tune.cli import config_from_args, finish
 
     cfg = config_from_args(TuneConfig, args)
     res = tune(cfg, args.out, resume=args.resume, progress=not args.quiet)
-    from moejax import distributed
+    from moejax.runner import distributed
 
     return finish(args, cfg, res) if distributed.is_writer() else 0
 
@@ -308,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--requests", type=_positive_int, default=256,
                    help="stream-serving policies: requests per stream")
     s.set_defaults(fn=_simulate)
-    from moejax.distributed import add_arguments as add_distributed_arguments
+    from moejax.runner.distributed import add_arguments as add_distributed_arguments
 
     add_distributed_arguments(s)
 
@@ -342,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("file")
     i.add_argument("--plot", help="write a PNG of load skew, activated experts, affinity")
     i.add_argument("--json", help="write activated experts / affinity / locality as JSON")
-    from moejax.trace.commands import add_fit_parser, add_import_parser
+    from moejax.cli.trace import add_fit_parser, add_import_parser
 
     add_import_parser(tsub, _positive_int)
     add_fit_parser(tsub)
@@ -351,18 +353,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_parser(tsub)
     t.set_defaults(fn=_trace)
 
-    from moejax.tune.cli import add_tune_parser
+    from moejax.cli.tune import add_tune_parser
 
     tune_parser = add_tune_parser(sub, _positive_int)
     tune_parser.set_defaults(fn=_tune)
     add_distributed_arguments(tune_parser)
-    from moejax.sweep_cli import add_parser as add_sweep_parser
+    from moejax.cli.sweep import add_parser as add_sweep_parser
 
     add_distributed_arguments(add_sweep_parser(sub, _positive_int))
     from moejax.latency_table import add_export_parser
 
     add_export_parser(sub, _positive_int)
-    from moejax.cli_help import polish
+    from moejax.cli.help import polish
 
     return polish(p)  # command and study lists, every option's default
 
@@ -385,10 +387,10 @@ def _positive_int(s: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:  # the parser imports the subcommands' modules (jax): seconds that Ctrl-C may hit
         args = build_parser().parse_args(argv)
-        from moejax.outpaths import check_outputs
+        from moejax.output.outpaths import check_outputs
 
         check_outputs(args)  # before any work: a bad --out is one line, nothing written
-        from moejax import distributed
+        from moejax.runner import distributed
 
         distributed.initialize(distributed.launch_from_args(args))
         return args.fn(args)

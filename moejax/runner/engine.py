@@ -6,20 +6,16 @@ Systems are pure `init` / `step` / `finish` functions built from a static config
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax import distributed
 from moejax.errors import MoejaxError
+from moejax.runner import distributed
+from moejax.system import PyTree, System
 from moejax.trace.chunked import ChunkedTraces
-
-PyTree = Any
 
 # Traces per compiled call. On CPU, batches much larger than 512 fall out of cache (a 4096
 # batch ran 2-4x slower per trace than 512 batches in benchmarks/bench_ep.py); an
@@ -59,34 +55,13 @@ def default_chunk(traces: PyTree | None = None, system: System | None = None) ->
     return int(min(chunk, fit))
 
 
-@dataclasses.dataclass(frozen=True)
-class System:
-    """A simulated system as pure functions of (params, state, trace).
-
-    init(params, trace, key) -> state
-    step(params, state, t) -> (state, out)           t: int32 scalar step index
-    finish(params, state, outs) -> metrics           outs: `out` stacked over steps
-    is_done(state) -> bool scalar, or None           steps after done leave the state as is
-    num_steps: static scan length (an upper bound on the events or iterations to simulate)
-    """
-
-    name: str
-    init: Callable[[PyTree, PyTree, jax.Array], PyTree]
-    step: Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, PyTree]]
-    finish: Callable[[PyTree, PyTree, PyTree], PyTree]
-    num_steps: int
-    is_done: Callable[[PyTree], jax.Array] | None = None
-    # Traces per compiled call on an accelerator where `DEFAULT_CHUNK_ACCELERATOR` does not
-    # suit the system (None: the default); the user's `chunk_size` still wins.
-    accelerator_chunk: int | None = None
-
 
 def run_one(system: System, params: PyTree, trace: PyTree, key: jax.Array) -> PyTree:
     """Simulate one trace (no jit, no vmap): init, scan `num_steps` steps, finish."""
     state = system.init(params, trace, key)
 
-    def body(state, t):
-        new_state, out = system.step(params, state, t)
+    def body(state, x):
+        new_state, out = system.step(params, state, x)
         if system.is_done is not None:
             done = system.is_done(state)
             new_state = jax.tree_util.tree_map(
@@ -94,7 +69,9 @@ def run_one(system: System, params: PyTree, trace: PyTree, key: jax.Array) -> Py
             )
         return new_state, out
 
-    state, outs = jax.lax.scan(body, state, jnp.arange(system.num_steps, dtype=jnp.int32))
+    xs = (jnp.arange(system.num_steps, dtype=jnp.int32) if system.inputs is None
+          else system.inputs(trace))
+    state, outs = jax.lax.scan(body, state, xs, length=system.num_steps)
     return system.finish(params, state, outs)
 
 
@@ -139,7 +116,7 @@ def simulate(
       inside the chunk loop (a generated batch never exists whole).
     Traces are sharded over all local devices (`jax.sharding`) when there are several and
     the chunk divides evenly; results equal the single-device run to float32 rounding. In a
-    multi-process run (`moejax.distributed`) each process simulates its block of the global
+    multi-process run (`moejax.runner.distributed`) each process simulates its block of the global
     trace indices and the results are all-gathered: identical to the single-process run.
     """
     n = batch_size(traces)
@@ -167,7 +144,7 @@ def simulate(
 
 def chunk_reader(traces: PyTree, key_data, *, several: bool = True):
     """A function (s, e) -> the compiled call's (traces, key data) of traces [s, e), sharded
-    over the local devices (`_shard`); `engine.simulate` and `moejax.stream` read chunks
+    over the local devices (`_shard`); `engine.simulate` and `moejax.runner.stream` read chunks
     through it. A `ChunkedTraces` is made chunk by chunk (and dropped after the call); a batch
     on an accelerator is sliced there (`_take`: one compiled slice for every offset); any
     other batch is sliced on the host (`x[s:e]` on a jax array compiles per offset).

@@ -1,0 +1,1 @@
+"""The `moejax` command line (`moejax.cli.main:main`), one module per subcommand."""

@@ -1,0 +1,1 @@
+"""Layer 0: result files written atomically, staged folders, output paths, plots, progress."""
