@@ -12,6 +12,7 @@ from conftest import make_model, make_platform, random_trace
 
 from moejax.cli import main as cli
 from moejax.reproduce import fsedp as study
+from moejax.reproduce import fsedp_claims as claims
 from moejax.runner import engine
 from moejax.systems import fsedp
 
@@ -72,18 +73,18 @@ def _f17_rows(lat):
 
 
 def test_microslice_claim_needs_an_interior_minimum_below_10():
-    assert study.fig17_claim(_f17_rows([3.0, 1.0, 2.0, 4.0, 5.0])).holds
-    assert not study.fig17_claim(_f17_rows([5.0, 4.0, 3.0, 2.0, 1.0])).holds  # monotone
-    assert not study.fig17_claim(_f17_rows([5.0, 4.0, 3.0, 1.0, 2.0])).holds  # best 16
+    assert claims.fig17_claim(_f17_rows([3.0, 1.0, 2.0, 4.0, 5.0])).holds
+    assert not claims.fig17_claim(_f17_rows([5.0, 4.0, 3.0, 2.0, 1.0])).holds  # monotone
+    assert not claims.fig17_claim(_f17_rows([5.0, 4.0, 3.0, 1.0, 2.0])).holds  # best 16
     # with the transfer-overhead rows at the claim buffer, those decide (issue 14)
     rows = _f17_rows([5.0, 4.0, 3.0, 2.0, 1.0])
     rows["overhead"] = ["ctrl 0.5us"] * 6
-    primary = next(iter(study.OVERHEAD_READINGS))
+    primary = next(iter(claims.OVERHEAD_READINGS))
     for m, v in zip([2.0, 4.0, 8.0, 16.0], [3.0, 1.0, 2.0, 4.0], strict=True):
-        for k, x in (("model", "qwen3-30b-a3b"), ("buffer_mb", study.CLAIM_BUFFER_MB),
+        for k, x in (("model", "qwen3-30b-a3b"), ("buffer_mb", claims.CLAIM_BUFFER_MB),
                      ("num_microslices", m), ("latency_s", v), ("overhead", primary)):
             rows[k].append(x)
-    c = study.fig17_claim(rows)
+    c = claims.fig17_claim(rows)
     assert c.holds and c.simulated["best"] == 4.0
     assert not c.simulated["by_reading"]["ctrl 0.5us"]["holds"]
 
@@ -91,8 +92,8 @@ def test_microslice_claim_needs_an_interior_minimum_below_10():
 def test_speedup_claims_from_rows():
     rows = {"model": [], "tokens": [], "system": [], "latency_s": [], "onchip_bytes": [],
             "needed_bytes": []}
-    for mname in study.MODELS:
-        for t in study.TOKENS:
+    for mname in claims.MODELS:
+        for t in claims.TOKENS:
             for s, lat in (("EP", 2.0), ("Hydra", 1.5), ("FSE-DP", 1.0),
                            ("FSE-DP+paired", 0.8 if t <= 64 else 1.0)):
                 rows["model"].append(mname)
@@ -101,12 +102,12 @@ def test_speedup_claims_from_rows():
                 rows["latency_s"].append(lat)
                 rows["onchip_bytes"].append(10e6 if s.startswith("FSE") else 50e6)
                 rows["needed_bytes"].append(10e6 if s.startswith("FSE") else 50e6)
-    claims = {c.id: c for c in study.fig9_claims(rows)}
-    ep = claims["fsedp.speedup_vs_ep"].simulated
+    got = {c.id: c for c in claims.fig9_claims(rows)}
+    ep = got["fsedp.speedup_vs_ep"].simulated
     assert ep["min"] == pytest.approx(2.0) and ep["max"] == pytest.approx(2.5)
-    assert claims["fsedp.speedup_vs_ep"].holds
-    assert claims["fsedp.paired_load_low_tokens"].holds
-    assert claims["fsedp.onchip_memory_vs_ep"].holds  # 10 MB, ratio 5
+    assert got["fsedp.speedup_vs_ep"].holds
+    assert got["fsedp.paired_load_low_tokens"].holds
+    assert got["fsedp.onchip_memory_vs_ep"].holds  # 10 MB, ratio 5
 
 
 def test_cli_reproduce_rejects_unknown_flag_and_study(capsys):
@@ -115,3 +116,22 @@ def test_cli_reproduce_rejects_unknown_flag_and_study(capsys):
     assert e.value.code == 2
     assert cli.main(["reproduce", "no-such-study", "--quick", "--out", "x"]) == 2
     assert "study" in capsys.readouterr().err
+
+
+def test_cli_reproduce_only_rejects_an_unknown_figure_in_one_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["reproduce", "fsedp", "--quick", "--out", str(out),
+                     "--only", "fig9_layer_latency,fig99"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "fig99" in err and "fig18_scaling" in err  # names the known figures
+    assert not out.exists()  # nothing started
+
+
+def test_study_is_data():
+    names = study.STUDY.figure_names()
+    assert names == ["fig9_layer_latency", "fig12_onchip_memory", "fig15_ablation",
+                     "fig16_design_space", "fig17_microslices", "fig18_scaling"]
+    assert study.STUDY.grid(True) is study.QUICK and study.STUDY.grid(False) is study.FULL
+    assert [f.name for f in study.STUDY.select(["fig18_scaling", "fig9_layer_latency"])] == [
+        "fig9_layer_latency", "fig18_scaling"]  # the study's order, not the caller's

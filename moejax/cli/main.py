@@ -235,9 +235,7 @@ def _reproduce(args) -> int:
     from moejax.runner import distributed
 
     if args.replot:  # issue 13: figures from a run's CSVs, no simulation
-        from moejax.reproduce.replot import replot
-
-        names = replot(args.study, args.replot, args.out)
+        names = reproduce.replot(args.study, args.replot, args.out, args.only)
         print(f"drew {len(names)} figures into {args.out or args.replot}")
         return 0
     if not args.out:
@@ -248,9 +246,9 @@ def _reproduce(args) -> int:
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="moejax-rank-") as scratch:
-            reproduce.run(args.study, Path(scratch), args.quick)
+            reproduce.run(args.study, Path(scratch), args.quick, args.only)
         return 0
-    report = reproduce.run(args.study, Path(args.out), args.quick)
+    report = reproduce.run(args.study, Path(args.out), args.quick, args.only)
     t = Table(title=f"{args.study}: claims ({'quick' if args.quick else 'full'} run)")
     for c in ("id", "paper", "simulated", "holds"):
         t.add_column(c)
@@ -325,6 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "--replot; with --replot, where the PNGs go, default DIR itself)")
     r.add_argument("--replot", metavar="DIR", help="redraw the PNGs from the CSVs a run wrote "
                    "into DIR (e.g. docs/results/STUDY); simulates nothing")
+    r.add_argument("--only", metavar="FIGURE[,FIGURE]", help="run (or --replot) only these "
+                   "figures, named by their CSV stem (e.g. fig9_layer_latency)")
     r.set_defaults(fn=_reproduce)
     add_distributed_arguments(r)
 

@@ -1,25 +1,37 @@
 """`moejax reproduce NAME`: each paper's headline studies as CSV + PNG + summary.json.
 
-A study module `moejax.reproduce.<name>` defines `run(out_dir: Path, quick: bool) -> Report`.
-It may define `steps(quick) -> int` and call `progress.step(label)` after each figure: `run`
-then shows a progress bar over them (studies that show their own, fsedp and balancing, do not).
+A study module `moejax.reproduce.<name>` exports one `STUDY` (`moejax.reproduce.study.Study`:
+its figures, grids and claim checks); `run` writes it through the one runner, `--only FIGURE`
+selects figures, `--replot DIR` redraws each figure with its own plot from DIR's CSVs.
 Register it in `STUDIES` (name -> module path); it is imported only when asked for.
-Its figures are drawn from the columns it writes to CSV by a `plot_from_dir(src, out)`
-registered in `replot.PLOTTERS` (`moejax reproduce NAME --replot DIR`, issue 13).
+A module without `STUDY` may instead define `run(out_dir, quick) -> Report` (and
+`steps(quick) -> int`, counting its `progress.step(label)` calls); it has no `--only`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib
+import json
 from pathlib import Path
-from typing import Any
 
-from moejax.errors import MoejaxError, UnknownNameError
+from moejax.errors import ConfigError, MoejaxError, UnknownNameError
+from moejax.output.outpaths import check_dir
 from moejax.output.progress import study_progress
-from moejax.output.results import atomic_write_json
 from moejax.output.staging import staged_dir
+from moejax.reproduce.study import (  # noqa: F401  (the public names of `moejax.reproduce`)
+    Check,
+    Claim,
+    Figure,
+    Grid,
+    Report,
+    Rows,
+    Study,
+    parse_only,
+    replot_study,
+    run_study,
+    write_summary,
+)
 
 STUDIES: dict[str, str] = {
     "fsedp": "moejax.reproduce.fsedp",
@@ -29,38 +41,6 @@ STUDIES: dict[str, str] = {
     "dysharp": "moejax.reproduce.dysharp",
     "epsmoe": "moejax.reproduce.epsmoe",
 }
-
-
-@dataclasses.dataclass
-class Claim:
-    """One headline claim: what the paper says, what moejax measured, and whether it holds."""
-
-    id: str
-    paper: str  # the paper's statement and figure, e.g. "1.22-2.00x faster than EP (Fig. 9)"
-    simulated: Any  # the measured number(s)
-    holds: bool
-    note: str = ""  # why it does not hold, or what differs
-
-
-@dataclasses.dataclass
-class Report:
-    study: str
-    claims: list[Claim]
-    files: list[str]  # CSV / PNG written, relative to out_dir
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-def write_summary(out_dir: Path, report: Report, quick: bool) -> Path:
-    """summary.json with the `claims` list (id, paper, simulated, holds, note)."""
-    path = Path(out_dir) / "summary.json"
-    atomic_write_json(path, {
-        "study": report.study,
-        "quick": quick,
-        "claims": [dataclasses.asdict(c) for c in report.claims],
-        "files": report.files,
-        **report.extra,
-    })
-    return path
 
 
 def shipped_results(study: str) -> Path:
@@ -74,15 +54,57 @@ def shipped_results(study: str) -> Path:
     return path
 
 
-def run(name: str, out_dir: Path, quick: bool) -> Report:
-    """Run a registered study and write its summary.json (into a temporary sibling of
-    `out_dir`, moved in when the study is done; see `moejax.output.staging.staged_dir`)."""
+def study_module(name: str):
+    """The module registered for study `name` (UnknownNameError listing the known ones)."""
     if name not in STUDIES:
         raise UnknownNameError("study", name, STUDIES)
-    module = importlib.import_module(STUDIES[name])
+    return importlib.import_module(STUDIES[name])
+
+
+def run(name: str, out_dir: Path, quick: bool, only=None) -> Report:
+    """Run a registered study (only the figures `only` names, a list or "A,B"; default all)
+    and write its summary.json (into a temporary sibling of `out_dir`, moved in when the study
+    is done; see `moejax.output.staging.staged_dir`)."""
+    module = study_module(name)
+    study = getattr(module, "STUDY", None)
+    if study is not None:
+        study.select(parse_only(only))  # an unknown figure fails before any work
+        with staged_dir(out_dir) as tmp:  # out_dir gets the whole study or nothing
+            report = run_study(study, tmp, quick, only)
+            write_summary(tmp, report, quick)
+        return report
+    if only is not None:
+        raise ConfigError(f"--only: study {name!r} has no figure selection")
     steps = getattr(module, "steps", None)  # a study that counts its steps gets a progress
     shown = study_progress(name, steps(quick)) if steps else contextlib.nullcontext()
-    with staged_dir(out_dir) as tmp, shown:  # out_dir gets the whole study or nothing
+    with staged_dir(out_dir) as tmp, shown:
         report = module.run(tmp, quick)
         write_summary(tmp, report, quick)
     return report
+
+
+def replot(name: str, src: Path | str, out: Path | str | None = None, only=None) -> list[str]:
+    """`moejax reproduce NAME --replot SRC`: redraw the study's figures from the CSVs in `src`
+    into `out` (default: `src`, the PNGs replaced one by one, atomically), simulating nothing;
+    returns the PNG names written."""
+    module = study_module(name)
+    study = getattr(module, "STUDY", None)
+    src = Path(src)
+    if not (src / "summary.json").is_file():
+        raise ConfigError(f"--replot {src}: no summary.json there; expected the folder a "
+                          f"`moejax reproduce {name} --out DIR` run wrote")
+    if study is None:  # not yet a Study: its figure module's plot_from_dir(src, out)
+        if only is not None:
+            raise ConfigError(f"--only: study {name!r} has no figure selection")
+        draw = importlib.import_module(f"{STUDIES[name]}_figures").plot_from_dir
+    else:
+        study.select(parse_only(only))
+        summary = json.loads((src / "summary.json").read_text(encoding="utf-8"))
+
+        def draw(src, out):
+            return replot_study(study, src, out, summary, only)
+    if out is None or Path(out).resolve() == src.resolve():
+        check_dir(src, "--replot")  # in place: DIR must be writable (one line, exit 2)
+        return draw(src, src)
+    with staged_dir(Path(out)) as tmp:  # a new --out gets every figure or nothing
+        return draw(src, Path(tmp))
