@@ -6,12 +6,14 @@ INT8 expert weights, FP16 activations and communication, 256 tokens per TP group
 communication studies with balanced gating (§VI-B: expected per-expert counts), drifting
 expert popularity with temporal locality for the balancing studies (§V-B, trace generator
 `drift`). See docs/reproduction/moentwine.md for what differs from the paper and why.
+
+The claim rules are in `moentwine_claims`, the figures in `moentwine_figures`; this module
+computes the rows and declares the study (`STUDY`).
 """
 
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -20,13 +22,18 @@ import numpy as np
 from moejax.catalog.hardware import load_platform
 from moejax.catalog.models import load_model, with_overrides
 from moejax.errors import ConfigError
-from moejax.output import plotting
-from moejax.output.progress import step
-from moejax.output.results import atomic_write_csv
-from moejax.reproduce import Claim, Report
+from moejax.reproduce import moentwine_claims as claims
+from moejax.reproduce import moentwine_figures as figs
+from moejax.reproduce.moentwine_claims import (
+    PRIMARY,
+    PROFILE_ITERS,
+    SENSITIVITIES,
+    _reduction,
+    steady,
+)
+from moejax.reproduce.study import Check, Figure, Grid, Rows, Study
 from moejax.runner import engine
 from moejax.systems.wafer import balancer as bal
-from moejax.systems.wafer import mapping as mp
 from moejax.systems.wafer import system as ws
 from moejax.trace import from_counts, gen
 
@@ -44,8 +51,6 @@ READINGS = {
     "eq1_hop20ns": ("eq1", True, PER_DIE_LINK_BPS, 20e-9),  # hop latency: no value in 001
     "shipped": ("link_load", False, None, None),  # moejax before issue 14 (doc's "before")
 }
-SENSITIVITIES = ("cut_through", "eq1_4TBps_link", "eq1_hop20ns")  # run by `reproduce`
-PRIMARY = "eq1"
 
 MODELS = ("deepseek-v3", "qwen3-235b-a22b", "deepseek-v2", "dbrx", "mixtral-8x22b")
 TOKENS_PER_GROUP = 256  # 001 §VI-B1: "subsequent communication experiments fix token counts at 256"
@@ -128,44 +133,44 @@ def comm_point(platform: str, model: str, mapping: str, tp: int,
     return res
 
 
-def _reduction(base: float, new: float) -> float:
-    return (base - new) / base if base > 0 else 0.0
+QUICK = Grid(True, fig13a_tokens=(32, 256, 1024), models=MODELS[:3],
+             fig13c_meshes=("wsc-4x4", "wsc-8x8"), fig13d_tps=(4, 16),
+             esp_pairs=(("dgx-b200-4node", "wsc-6x6"),), fig15_iterations=40,
+             fig16_iterations=40, fig16_scenarios=("math-prefill", "mixed-prefill",
+                                                   "mixed-decode"),
+             fig17_iterations=40)
+FULL = Grid(False, fig13a_tokens=(16, 32, 64, 128, 256, 512, 1024), models=MODELS,
+            fig13c_meshes=("wsc-4x4", "wsc-6x6", "wsc-8x8"), fig13d_tps=(4, 8, 16),
+            esp_pairs=(("dgx-b200-4node", "wsc-6x6"), ("dgx-b200-8node", "wsc-8x8")),
+            fig15_iterations=120, fig16_iterations=100,
+            fig16_scenarios=("math-prefill", "mixed-prefill", "mixed-decode", "mixed-hybrid"),
+            fig17_iterations=120)  # NI needs ~17-25 iterations to activate on 4 x 8x8
 
 
-def _near(sim: float, paper: float, factor: float = 1.5) -> bool:
-    """Same direction and within `factor` of the paper's magnitude."""
-    return sim > 0 and paper / factor <= sim <= paper * factor
+# --- communication (Fig. 11, 13, 14) -------------------------------------------------------
 
 
-# --- figures ------------------------------------------------------------------------------
-
-
-def fig13a(out: Path, quick: bool) -> dict:
+def fig13a(grid: Grid) -> Rows:
     """Communication vs tokens per TP group: DGX 4/8 nodes vs 6x6 / 8x8 WSC (baseline, ER)."""
-    tokens = (32, 256, 1024) if quick else (16, 32, 64, 128, 256, 512, 1024)
     pairs = (("dgx-b200-4node", "wsc-6x6"), ("dgx-b200-8node", "wsc-8x8"))
     rows = {"tokens_per_group": [], "system": [], "comm_s": [], "all_to_all_s": [],
             "all_reduce_s": []}
     for dgx, wsc in pairs:
         for plat, mapping in ((dgx, "baseline"), (wsc, "baseline"), (wsc, "er")):
-            for t in tokens:
+            for t in grid.fig13a_tokens:
                 r = comm_point(plat, "qwen3-235b-a22b", mapping, 4, t)
                 rows["tokens_per_group"].append(t)
                 rows["system"].append(f"{plat}/{mapping}")
                 for k in ("comm_s", "all_to_all_s", "all_reduce_s"):
                     rows[k].append(r[k])
-    _csv(out / "fig13a_tokens.csv", rows)
-    _plot_lines(out / "fig13a_tokens.png", rows, "tokens_per_group", "comm_s", "system",
-                "001 Fig. 13(a): communication per layer vs tokens per TP group")
-    return rows
+    return Rows(rows, summary={"fig13a_points": len(rows["comm_s"])})
 
 
-def fig13b(out: Path, quick: bool, reading: str = PRIMARY) -> dict:
+def fig13b_rows(grid: Grid, reading: str = PRIMARY) -> dict:
     """Per-model communication on DGX 4-node vs 6x6 WSC (baseline, ER), 256 tokens/group."""
-    models = MODELS[:3] if quick else MODELS
     rows = {"model": [], "system": [], "all_to_all_s": [], "all_reduce_s": [], "comm_s": [],
             "avg_hops": []}
-    for m in models:
+    for m in grid.models:
         for plat, mapping in (("dgx-b200-4node", "baseline"), ("wsc-6x6", "baseline"),
                               ("wsc-6x6", "er")):
             r = comm_point(plat, m, mapping, 4, reading=reading)
@@ -173,21 +178,20 @@ def fig13b(out: Path, quick: bool, reading: str = PRIMARY) -> dict:
             rows["system"].append(f"{plat}/{mapping}")
             for k in ("all_to_all_s", "all_reduce_s", "comm_s", "avg_hops"):
                 rows[k].append(r[k])
-    if reading != PRIMARY:
-        return rows
-    _csv(out / "fig13b_models.csv", rows)
-    _plot_bars(out / "fig13b_models.png", rows, "model", "comm_s", "system",
-               "001 Fig. 13(b): communication per layer by model")
     return rows
 
 
-def fig13c(out: Path, quick: bool) -> dict:
+def fig13b(grid: Grid) -> Rows:
+    """Fig. 13(b) on the primary reading; the sensitivity readings' rows in `extra`."""
+    return Rows(fig13b_rows(grid), extra={"by_reading": {r: fig13b_rows(grid, r)
+                                                         for r in SENSITIVITIES}})
+
+
+def fig13c(grid: Grid) -> Rows:
     """ER vs baseline over WSC sizes and TP degrees (qwen3)."""
-    meshes = ("wsc-4x4", "wsc-8x8") if quick else ("wsc-4x4", "wsc-6x6", "wsc-8x8")
-    tps = (2, 4, 8, 16)
     rows = {"platform": [], "tp": [], "baseline_comm_s": [], "er_comm_s": [], "reduction": []}
-    for plat in meshes:
-        for tp in tps:
+    for plat in grid.fig13c_meshes:
+        for tp in (2, 4, 8, 16):
             try:
                 b = comm_point(plat, "qwen3-235b-a22b", "baseline", tp)
                 e = comm_point(plat, "qwen3-235b-a22b", "er", tp)
@@ -198,48 +202,27 @@ def fig13c(out: Path, quick: bool) -> dict:
             rows["baseline_comm_s"].append(b["comm_s"])
             rows["er_comm_s"].append(e["comm_s"])
             rows["reduction"].append(_reduction(b["comm_s"], e["comm_s"]))
-    _csv(out / "fig13c_scales.csv", rows)
-    labels = [f"{p}\nTP={t}" for p, t in zip(rows["platform"], rows["tp"], strict=True)]
-    _plot_simple_bars(out / "fig13c_scales.png", labels,
-                      [100 * x for x in rows["reduction"]],
-                      "ER comm reduction vs baseline (%)", "001 Fig. 13(c)")
-    return rows
+    return Rows(rows, summary={"fig13c_points": len(rows["tp"])})
 
 
-def fig13d(out: Path, quick: bool) -> dict:
+def fig13d(grid: Grid) -> Rows:
     """Multi-wafer (4 x 8x8): baseline vs ER vs HER over TP degrees (qwen3)."""
-    tps = (4, 16) if quick else (4, 8, 16)
     rows = {"tp": [], "mapping": [], "all_to_all_s": [], "all_reduce_s": [], "comm_s": []}
-    for tp in tps:
+    for tp in grid.fig13d_tps:
         for mapping in ("baseline", "er", "her"):
             r = comm_point("wsc-4x8x8", "qwen3-235b-a22b", mapping, tp)
             rows["tp"].append(tp)
             rows["mapping"].append(mapping)
             for k in ("all_to_all_s", "all_reduce_s", "comm_s"):
                 rows[k].append(r[k])
-    _csv(out / "fig13d_multiwafer.csv", rows)
-    _plot_bars(out / "fig13d_multiwafer.png", rows, "tp", "comm_s", "mapping",
-               "001 Fig. 13(d): 4 x 8x8 wafers, comm per layer")
-    return rows
+    return Rows(rows)
 
 
-def fig13b_summary(b: dict) -> tuple[float, float, list, list, list]:
-    """(mean WSC-vs-DGX reduction, best ER comm reduction, models, per-model WSC, per-model ER)
-    from `fig13b` rows."""
-    by = {(m, s): c for m, s, c in zip(b["model"], b["system"], b["comm_s"], strict=True)}
-    models = list(dict.fromkeys(b["model"]))
-    wsc = [_reduction(by[(m, "dgx-b200-4node/baseline")], by[(m, "wsc-6x6/baseline")])
-           for m in models]
-    er = [_reduction(by[(m, "wsc-6x6/baseline")], by[(m, "wsc-6x6/er")]) for m in models]
-    return float(np.mean(wsc)), float(np.max(er)), models, wsc, er
-
-
-def fig14b(out: Path, quick: bool, reading: str = PRIMARY) -> dict:
+def fig14b_rows(grid: Grid, reading: str = PRIMARY) -> dict:
     """Retaining vs dropping the all-gather (6x6 WSC, baseline and ER mappings)."""
-    models = MODELS[:3] if quick else MODELS
     rows = {"model": [], "mapping": [], "allgather": [], "all_to_all_s": [], "all_reduce_s": [],
             "comm_s": []}
-    for m in models:
+    for m in grid.models:
         for mapping in ("baseline", "er"):
             for retain in (False, True):
                 r = comm_point("wsc-6x6", m, mapping, 4, retain=retain, reading=reading)
@@ -248,15 +231,17 @@ def fig14b(out: Path, quick: bool, reading: str = PRIMARY) -> dict:
                 rows["allgather"].append(int(retain))
                 for k in ("all_to_all_s", "all_reduce_s", "comm_s"):
                     rows[k].append(r[k])
-    if reading == PRIMARY:
-        _csv(out / "fig14b_allgather.csv", rows)
     return rows
+
+
+def fig14b(grid: Grid) -> Rows:
+    return Rows(fig14b_rows(grid), extra={"cut_through": fig14b_rows(grid, "cut_through")})
 
 
 ESP_MODELS = ("dbrx", "mixtral-8x22b")  # 001 §VI-B5: few but large experts
 
 
-def fig14a(out: Path, quick: bool, reading: str = PRIMARY) -> dict:
+def fig14a_rows(grid: Grid, reading: str = PRIMARY) -> dict:
     """ESP (001 §VI-B5, Fig. 14(a)): DGX vs WSC, baseline vs ER, DBRX and Mixtral-8x22B.
 
     Experts sliced over EP groups of S = D / TP devices (TP = 4): on the WSC compact tiles
@@ -264,12 +249,10 @@ def fig14a(out: Path, quick: bool, reading: str = PRIMARY) -> dict:
     spans nodes would run its partial-sum rings over InfiniBand). 256 tokens per TP group,
     balanced gating as in Fig. 13(b).
     """
-    pairs = (("dgx-b200-4node", "wsc-6x6"),) if quick else (
-        ("dgx-b200-4node", "wsc-6x6"), ("dgx-b200-8node", "wsc-8x8"))
     rows = {"model": [], "scale": [], "system": [], "all_to_all_s": [], "all_reduce_s": [],
             "esp_reduce_s": [], "comm_s": [], "layer_s": []}
     for m in ESP_MODELS:
-        for dgx, wsc in pairs:
+        for dgx, wsc in grid.esp_pairs:
             for plat, mapping in ((dgx, "baseline"), (wsc, "baseline"), (wsc, "er")):
                 pf = load_platform(plat)
                 shards = pf.num_devices // 4
@@ -281,53 +264,15 @@ def fig14a(out: Path, quick: bool, reading: str = PRIMARY) -> dict:
                 rows["system"].append(f"{plat}/{mapping}")
                 for k in ("all_to_all_s", "all_reduce_s", "esp_reduce_s", "comm_s", "layer_s"):
                     rows[k].append(r[k])
-    if reading != PRIMARY:
-        return rows
-    _csv(out / "fig14a_esp.csv", rows)
-    sel = [i for i, sc in enumerate(rows["scale"]) if sc == "wsc-6x6"]
-    _plot_bars(out / "fig14a_esp.png", {k: [v[i] for i in sel] for k, v in rows.items()},
-               "model", "comm_s", "system",
-               "001 Fig. 14(a): ESP comm per layer (all-to-all + all-reduces), 6x6 vs 4-node DGX")
     return rows
 
 
-def esp_claim(rows: dict) -> Claim:
-    """`moentwine.esp` from `fig14a` rows (6x6 WSC vs 4-node DGX)."""
-    by = {(m, s): (c, a) for m, s, sc, c, a in zip(rows["model"], rows["system"], rows["scale"],
-                                                   rows["comm_s"], rows["all_to_all_s"],
-                                                   strict=True) if sc == "wsc-6x6"}
-    models = list(dict.fromkeys(m for m, _ in by))
-    wsc = [_reduction(by[(m, "dgx-b200-4node/baseline")][0], by[(m, "wsc-6x6/baseline")][0])
-           for m in models]
-    er = [_reduction(by[(m, "wsc-6x6/baseline")][0], by[(m, "wsc-6x6/er")][0]) for m in models]
-    mw, me = float(np.mean(wsc)), float(np.mean(er))
-    holds = _near(mw, 0.50) and _near(me, 0.09)
-    notes = []
-    if not _near(mw, 0.50):
-        notes.append("WSC vs DGX: " + ("direction holds, magnitude differs (the DGX all-to-all "
-                                      "is bound by the 50 GB/s InfiniBand NIC per GPU)"
-                                      if mw > 0 else "direction differs"))
-    if not _near(me, 0.09):
-        notes.append("ER: the all-to-all " + ("vanishes" if all(
-            by[(m, "wsc-6x6/er")][1] == 0 for m in models) else "shrinks")
-            + " but it is small next to the EP groups' all-reduce (same tiles in both "
-            "mappings), and ER's entwined attention rings (3 hops on 3x3 FTDs) cost "
-            + ("more than it saves" if me < 0 else "about what it saves"))
-    note = "; ".join(notes)
-    return Claim(
-        "moentwine.esp", "ESP (DBRX, Mixtral-8x22B): WSC ~50% less communication than DGX on "
-        "average, ER-Mapping a further ~9% (all-to-all eliminated; §VI-B5, Fig. 14(a))",
-        {"mean_wsc_vs_dgx_reduction": mw, "mean_er_reduction": me,
-         "per_model_wsc_vs_dgx": dict(zip(models, wsc, strict=True)),
-         "per_model_er": dict(zip(models, er, strict=True)),
-         "er_all_to_all_s": {m: by[(m, "wsc-6x6/er")][1] for m in models},
-         "baseline_all_to_all_s": {m: by[(m, "wsc-6x6/baseline")][1] for m in models}},
-        holds, note)
+def fig14a(grid: Grid) -> Rows:
+    return Rows(fig14a_rows(grid), extra={"cut_through": fig14a_rows(grid, "cut_through")})
 
 
-def fig11_heatmaps(out: Path) -> list[str]:
+def fig11(grid: Grid) -> Rows:
     """Per-link traffic heatmaps of the all-reduce and the all-to-all on a 4x4 WSC (Fig. 11)."""
-    files = []
     cols = {"mapping": [], "phase": [], "link": [], "bytes": []}
     for mapping in ("baseline", "er"):
         r = comm_point("wsc-4x4", "qwen3-235b-a22b", mapping, 4)
@@ -338,10 +283,7 @@ def fig11_heatmaps(out: Path) -> list[str]:
                 cols["phase"].append(phase)
                 cols["link"].append(name)
                 cols["bytes"].append(float(loads[k]))
-    plot_fig11(out / "fig11_heatmaps.png", cols)
-    _csv(out / "fig11_heatmaps.csv", cols)
-    files += ["fig11_heatmaps.png", "fig11_heatmaps.csv"]
-    return files
+    return Rows(cols)
 
 
 # --- balancing (Fig. 15, 16, 17) -----------------------------------------------------------
@@ -402,25 +344,12 @@ def peak_over_mean(scale: float, num_experts: int, ep: int, layers: int = 256) -
 MIX_PERIOD = 100
 
 
-def steady(per_iteration, key: str) -> float:
-    """Mean of a per-iteration metric over the second half of the run (warm-up excluded;
-    001 §V-B: load ratios are "stable after a brief warm-up")."""
-    x = np.asarray(per_iteration[key], np.float64)
-    return float(x[len(x) // 2:].mean())
-
-
 STRATEGIES = {  # name: (balancer, invasive, beta iterations)
     "none": ("none", True, 0.0),
     "greedy": ("greedy", True, 10.0),
     "topology": ("topology", True, 10.0),
     "topology-ni": ("topology", False, 0.0),
 }
-
-
-# Iterations of offline profiling behind a profiled starting plan (`run_balancing(profiled=)`):
-# 001 §V-B, the load ratios are "stable after a brief warm-up"; 10 = 1 / (1 - rho) * 2 of the
-# drift generator's default rho = 0.8 (its warm-up time constant, twice). An assumption.
-PROFILE_ITERS = 10
 
 
 def profiled_shadow(cfg, counts: np.ndarray, iterations: int = PROFILE_ITERS):
@@ -454,11 +383,11 @@ def run_balancing(platform: str, model_name: str, mapping: str, tp: int, counts:
     return jax.tree_util.tree_map(lambda x: np.asarray(x)[0], out)
 
 
-def fig15_fig12_scale(quick: bool) -> dict:
+def fig15_fig12_scale(grid: Grid) -> dict:
     """Fig. 15's unbalanced and greedy runs on a workload whose skew is read from Fig. 12
     (`fig12_scale`): {strategy: steady max / mean - 1}, plus the scale and its EP = 8 and
     EP = 64 steady-state peak / mean."""
-    iters = 40 if quick else 120
+    iters = grid.fig15_iterations
     model = model_of("qwen3-235b-a22b")
     scale = fig12_scale(model.num_experts)
     counts = drift_counts(model, iterations=iters, layers=2, tokens=16 * TOKENS_PER_GROUP,
@@ -472,15 +401,16 @@ def fig15_fig12_scale(quick: bool) -> dict:
     return res
 
 
-def fig15(out: Path, quick: bool) -> dict:
-    """Run-time max/mean device load per iteration under each strategy (wsc-8x8, qwen3)."""
-    iters = 40 if quick else 120
+def fig15(grid: Grid) -> Rows:
+    """Run-time max/mean device load per iteration under each strategy (wsc-8x8, qwen3); the
+    whole-run loads and the Fig. 12-calibrated workload's runs in `extra`."""
+    iters = grid.fig15_iterations
     model = model_of("qwen3-235b-a22b")
     cfg_groups = 64 // 4
     counts = drift_counts(model, iterations=iters, layers=2,
                           tokens=cfg_groups * TOKENS_PER_GROUP, seed=0, mixed=True)
     rows = {"iteration": [], "strategy": [], "max_over_mean": [], "migrations": []}
-    summary = {}
+    whole = {}
     for s in STRATEGIES:
         r = run_balancing("wsc-8x8", "qwen3-235b-a22b", "er", 4, counts, s)
         per = r["per_iteration"]
@@ -489,11 +419,8 @@ def fig15(out: Path, quick: bool) -> dict:
             rows["strategy"].append(s)
             rows["max_over_mean"].append(float(per["max_over_mean"][i]))
             rows["migrations"].append(float(per["migrations"][i]))
-        summary[s] = r
-    _csv(out / "fig15_load_trace.csv", rows)
-    _plot_lines(out / "fig15_load_trace.png", rows, "iteration", "max_over_mean", "strategy",
-                "001 Fig. 15: max / mean device load per iteration (wsc-8x8, qwen3)")
-    return summary
+        whole[s] = float(r["max_over_mean"])
+    return Rows(rows, extra={"whole_run_max_over_mean": whole, "fig12": fig15_fig12_scale(grid)})
 
 
 SCENARIOS = {  # name: (tokens per TP group, context_len, mixed scenarios)
@@ -504,15 +431,15 @@ SCENARIOS = {  # name: (tokens per TP group, context_len, mixed scenarios)
 }
 
 
-def fig16(out: Path, quick: bool) -> dict:
-    """MoE compute, all-to-all and migration overhead per strategy and scenario (wsc-8x8)."""
-    iters = 40 if quick else 100
+def fig16(grid: Grid) -> Rows:
+    """MoE compute, all-to-all and migration overhead per strategy and scenario (wsc-8x8);
+    the migration counts in `extra`."""
+    iters = grid.fig16_iterations
     model = model_of("qwen3-235b-a22b")
-    scen = ("math-prefill", "mixed-prefill", "mixed-decode") if quick else tuple(SCENARIOS)
     rows = {"scenario": [], "strategy": [], "moe_compute_s": [], "all_to_all_s": [],
             "migration_s": [], "migration_ratio": [], "forward_s": [], "max_over_mean": []}
-    res = {}
-    for i, sc in enumerate(scen):
+    migrations = {}
+    for i, sc in enumerate(grid.fig16_scenarios):
         tpg, ctx, mixed = SCENARIOS[sc]
         counts = drift_counts(model, iterations=iters, layers=2, tokens=16 * tpg, seed=10 + i,
                               mixed=mixed)
@@ -523,16 +450,14 @@ def fig16(out: Path, quick: bool) -> dict:
             for k in ("moe_compute_s", "all_to_all_s", "migration_s", "migration_ratio",
                       "forward_s", "max_over_mean"):
                 rows[k].append(float(r[k]))
-            res[(sc, s)] = r
-    _csv(out / "fig16_strategies.csv", rows)
-    _plot_bars(out / "fig16_strategies.png", rows, "scenario", "moe_compute_s", "strategy",
-               "001 Fig. 16: MoE compute per layer by balancing strategy")
-    return res
+            migrations[(sc, s)] = float(r["migrations"])
+    return Rows(rows, extra={"migrations": migrations})
 
 
-def fig17(out: Path, quick: bool) -> dict:
-    """NVL72 (EP=72) vs 4 x 8x8 WSC (EP=256) ablation, DeepSeek-V3, per-device MoE perf."""
-    iters = 40 if quick else 120  # NI needs ~17-25 iterations to activate on 4 x 8x8
+def fig17(grid: Grid) -> Rows:
+    """NVL72 (EP=72) vs 4 x 8x8 WSC (EP=256) ablation, DeepSeek-V3, per-device MoE perf; the
+    steady (second-half) throughput per system in `extra`."""
+    iters = grid.fig17_iterations
     model = model_of("deepseek-v3")
     steps = [
         ("nvl72", "nvl72", "baseline", "none", False),
@@ -547,7 +472,7 @@ def fig17(out: Path, quick: bool) -> dict:
     ]
     rows = {"system": [], "moe_throughput": [], "all_to_all_s": [], "moe_compute_s": [],
             "migration_s": [], "moe_phase_s": []}
-    res = {}
+    steady_tp = {}
     for name, plat, mapping, strategy, free in steps:
         groups = load_platform(plat).num_devices // 4
         counts = drift_counts(model, iterations=iters, layers=2,
@@ -558,330 +483,37 @@ def fig17(out: Path, quick: bool) -> dict:
         for k in ("moe_throughput", "all_to_all_s", "moe_compute_s", "migration_s",
                   "moe_phase_s"):
             rows[k].append(float(r[k]))
-        res[name] = r
-    _csv(out / "fig17_nvl72.csv", rows)
-    _plot_simple_bars(out / "fig17_nvl72.png", rows["system"],
-                      [x / 1e6 for x in rows["moe_throughput"]],
-                      "MoE throughput per device\n(M token-expert pairs / s)", "001 Fig. 17")
-    return res
+        steady_tp[name] = steady(r["per_iteration"], "moe_throughput")
+    return Rows(rows, extra={"steady_throughput": steady_tp})
 
 
-# --- claims ---------------------------------------------------------------------------------
+# --- the study -----------------------------------------------------------------------------
 
 
-def steps(quick: bool) -> int:
-    """Figures `run` reports with `progress.step` (for the progress bar)."""
-    return 10
-
-
-def run(out_dir: Path, quick: bool) -> Report:
-    out = Path(out_dir)
-    claims: list[Claim] = []
-    files: list[str] = []
-
-    base4, er4 = mp.build_mapping("baseline", 4, 4, 4), mp.build_mapping("er", 4, 4, 4)
-    hb, he = mp.ftd_average_hops(base4), mp.ftd_average_hops(er4)
-    claims.append(Claim(
-        "moentwine.er_hops", "4x4 WSC, TP=4: FTD average 2.7 hops (baseline) -> about half "
-        "with ER-Mapping (§IV-A, §IV-B1, Fig. 8)",
-        {"baseline_hops": hb, "er_hops": he, "ratio": he / hb,
-         "nearest_holder_hops": [mp.nearest_holder_hops(base4), mp.nearest_holder_hops(er4)]},
-        abs(hb - 2.7) < 0.05 and 0.4 <= he / hb <= 0.6))
-
-    a = fig13a(out, quick)
-    step("Fig. 13(a)")
-    files += ["fig13a_tokens.csv", "fig13a_tokens.png"]
-    b = fig13b(out, quick)
-    step("Fig. 13(b)")
-    files += ["fig13b_models.csv", "fig13b_models.png"]
-    a2a = {(m, s): c for m, s, c in zip(b["model"], b["system"], b["all_to_all_s"], strict=True)}
-    mean_red, best, models, wsc_red, er_red = fig13b_summary(b)
-    alt = {r: fig13b_summary(fig13b(out, quick, r)) for r in SENSITIVITIES}
-    wsc_by = {PRIMARY: mean_red, **{r: v[0] for r, v in alt.items()}}
-    er_by = {PRIMARY: best, **{r: v[1] for r, v in alt.items()}}
-    claims.append(Claim(
-        "moentwine.wsc_vs_dgx_comm", "6x6 WSC vs 4-node DGX B200: ~56% less communication on "
-        "average over models (§VI-B2, Fig. 13(b))",
-        {"mean_reduction": mean_red, "per_model": dict(zip(models, wsc_red, strict=True)),
-         "by_reading": wsc_by},
-        _near(mean_red, 0.56), _readings_note(wsc_by, lambda v: _near(v, 0.56))))
-    er_a2a = [_reduction(a2a[(m, "wsc-6x6/baseline")], a2a[(m, "wsc-6x6/er")]) for m in models]
-    claims.append(Claim(
-        "moentwine.er_alltoall", "ER-Mapping on a 6x6 WSC: up to ~35% less communication than "
-        "the baseline mapping (all-to-all down, all-reduce up; §VI-B2, Fig. 13(b))",
-        {"max_comm_reduction": best, "per_model_comm": dict(zip(models, er_red, strict=True)),
-         "per_model_all_to_all": dict(zip(models, er_a2a, strict=True)), "by_reading": er_by},
-        _near(best, 0.35), _readings_note(er_by, lambda v: _near(v, 0.35))))
-    c = fig13c(out, quick)
-    step("Fig. 13(c)")
-    files += ["fig13c_scales.csv", "fig13c_scales.png"]
-    d = fig13d(out, quick)
-    step("Fig. 13(d)")
-    files += ["fig13d_multiwafer.csv", "fig13d_multiwafer.png"]
-    dd = {(t, m): x for t, m, x in zip(d["tp"], d["mapping"], d["comm_s"], strict=True)}
-    tps = sorted(set(d["tp"]))
-    her = [_reduction(dd[(t, "baseline")], dd[(t, "her")]) for t in tps]
-    erm = [_reduction(dd[(t, "baseline")], dd[(t, "er")]) for t in tps]
-    claims.append(Claim(
-        "moentwine.her_multiwafer", "4 x 8x8 wafers: HER-Mapping up to 62% less communication "
-        "than the baseline, consistently across TP (§VI-B4, Fig. 13(d))",
-        {"max_reduction": float(max(her)), "her_by_tp": dict(zip(tps, her, strict=True)),
-         "er_by_tp": dict(zip(tps, erm, strict=True))},
-        _near(max(her), 0.62) and min(her) > 0))
-    def ag_gain(g):
-        gg = {(m, mm, a): x for m, mm, a, x in zip(g["model"], g["mapping"], g["allgather"],
-                                                   g["comm_s"], strict=True)}
-        return {mm: float(np.mean([_reduction(gg[(m, mm, 0)], gg[(m, mm, 1)])
-                                   for m in models if (m, mm, 0) in gg]))
-                for mm in ("baseline", "er")}
-
-    gain = ag_gain(fig14b(out, quick))
-    step("Fig. 14(b)")
-    files += ["fig14b_allgather.csv"]
-    ag_by = {PRIMARY: gain["baseline"], "cut_through": ag_gain(
-        fig14b(out, quick, "cut_through"))["baseline"]}
-    ag = gain["baseline"]
-    claims.append(Claim(
-        "moentwine.retain_allgather", "retaining the all-gather: all-reduce doubles but the "
-        "all-to-all shrinks, ~17% better on average (§VI-B6, Fig. 14(b))",
-        {"mean_gain_baseline_mapping": ag, "mean_gain_er_mapping": gain["er"],
-         "by_reading": ag_by},
-        _near(ag, 0.17, 2.0), _readings_note(ag_by, lambda v: _near(v, 0.17, 2.0))))
-    esp = esp_claim(fig14a(out, quick))
-    esp_ct = esp_claim(fig14a(out, quick, "cut_through"))
-    esp.simulated["by_reading"] = {PRIMARY: [esp.simulated["mean_wsc_vs_dgx_reduction"],
-                                          esp.simulated["mean_er_reduction"]],
-                                "cut_through": [esp_ct.simulated["mean_wsc_vs_dgx_reduction"],
-                                                esp_ct.simulated["mean_er_reduction"]]}
-    esp.note = (esp.note + "; " if esp.note else "") + (
-        f"cut-through: {'holds' if esp_ct.holds else 'fails'}")
-    claims.append(esp)
-    step("Fig. 14(a)")
-    files += ["fig14a_esp.csv", "fig14a_esp.png"]
-    files += fig11_heatmaps(out)
-    step("Fig. 11")
-
-    f15 = fig15(out, quick)
-    step("Fig. 15")
-    files += ["fig15_load_trace.csv", "fig15_load_trace.png"]
-    none_dev = steady(f15["none"]["per_iteration"], "max_over_mean") - 1.0
-    greedy_dev = steady(f15["greedy"]["per_iteration"], "max_over_mean") - 1.0
-    f12 = fig15_fig12_scale(quick)
-    ok15 = lambda n, g: _near(n, 2.0, 2.0) and _near(g, 0.4, 2.0)  # noqa: E731
-    claims.append(Claim(
-        "moentwine.greedy_balance", "max device load ~2x above the mean without balancing, "
-        "~0.4x above with greedy balancing (§VI-C1, Fig. 15)",
-        {"none_max_minus_mean": none_dev, "greedy_max_minus_mean": greedy_dev,
-         "topology_ni_max_minus_mean": steady(f15["topology-ni"]["per_iteration"],
-                                              "max_over_mean") - 1.0,
-         "whole_run_greedy_max_minus_mean": float(f15["greedy"]["max_over_mean"]) - 1.0,
-         "window": "second half of the iterations (warm-up excluded)",
-         "by_reading": {"drift_scale_1": [none_dev, greedy_dev],
-                        f"fig12_scale_{f12['scale']}": [f12["none"], f12["greedy"]]},
-         "fig12_calibration": {k: v for k, v in f12.items() if k not in ("none", "greedy")}},
-        ok15(none_dev, greedy_dev),
-        "workload skew: generator default (scale 1.0) "
-        + ("holds" if ok15(none_dev, greedy_dev) else "fails")
-        + f"; read from Fig. 12 (scale {f12['scale']}: {f12['ep8_peak_over_mean']:.2f}x at "
-        f"EP=8, {f12['ep64_peak_over_mean']:.1f}x at EP=64) "
-        + ("holds" if ok15(f12["none"], f12["greedy"]) else "fails")))
-    f16 = fig16(out, quick)
-    step("Fig. 16")
-    files += ["fig16_strategies.csv", "fig16_strategies.png"]
-    scen = sorted({s for s, _ in f16})
-    ratio = []
-    for s in scen:
-        g_m = float(f16[(s, "greedy")]["migration_s"])
-        t_m = float(f16[(s, "topology")]["migration_s"])
-        if t_m > 0:
-            ratio.append(g_m / t_m)
-    mean_ratio = float(np.mean(ratio)) if ratio else 0.0
-    claims.append(Claim(
-        "moentwine.topology_aware_migration", "topology-aware balancing cuts migration "
-        "overhead ~2.6x on average vs greedy (§VI-C2, Fig. 16)",
-        {"mean_overhead_ratio": mean_ratio, "per_scenario": dict(zip(scen, ratio, strict=False)),
-         "greedy_migration_ratio": {s: float(f16[(s, "greedy")]["migration_ratio"])
-                                    for s in scen}},
-        _near(mean_ratio, 2.6, 2.0)))
-    ni = {s: float(f16[(s, "topology-ni")]["migration_ratio"]) for s in scen}
-    claims.append(Claim(
-        "moentwine.non_invasive", "non-invasive balancing leaves no migration overhead on the "
-        "critical path (§V-A, §VI-C2)",
-        {"migration_share_of_iteration": ni,
-         "migrations": {s: float(f16[(s, "topology-ni")]["migrations"]) for s in scen}},
-        all(v < 0.01 for v in ni.values())
-        and all(float(f16[(s, "topology-ni")]["migrations"]) > 0 for s in scen)))
-    comp = [_reduction(float(f16[(s, "none")]["moe_compute_s"]),
-                       float(f16[(s, "topology-ni")]["moe_compute_s"])) for s in scen]
-    a2ar = [_reduction(float(f16[(s, "none")]["all_to_all_s"]),
-                       float(f16[(s, "topology-ni")]["all_to_all_s"])) for s in scen]
-    claims.append(Claim(
-        "moentwine.balance_gains", "NI-Balancer: MoE computation up to -54%, all-to-all about "
-        "-22% on average (§VI-C2, Fig. 16)",
-        {"max_compute_reduction": float(max(comp)), "mean_all_to_all_reduction":
-         float(np.mean(a2ar)), "per_scenario_compute": dict(zip(scen, comp, strict=True)),
-         "per_scenario_all_to_all": dict(zip(scen, a2ar, strict=True))},
-        _near(max(comp), 0.54) and _near(float(np.mean(a2ar)), 0.22, 2.0)))
-    f17 = fig17(out, quick)
-    step("Fig. 17")
-    files += ["fig17_nvl72.csv", "fig17_nvl72.png"]
-    nv = steady(f17["nvl72+balance"]["per_iteration"], "moe_throughput")
-    wf = steady(f17["wsc+her+topology-ni"]["per_iteration"], "moe_throughput")
-    gain17 = wf / nv - 1.0
-    gain17p = steady(f17["wsc+her+topology-ni+profiled"]["per_iteration"],
-                     "moe_throughput") / nv - 1.0
-    claims.append(Claim(
-        "moentwine.vs_nvl72", "4 x 8x8 WSC (EP=256) with MoEntwine: ~39% higher per-device MoE "
-        "performance than NVL72 (EP=72) (§VI-D, Fig. 17)",
-        {"gain": gain17, "nvl72_pairs_per_device_s": nv, "wsc_pairs_per_device_s": wf,
-         "ablation": {k: steady(v["per_iteration"], "moe_throughput") for k, v in f17.items()},
-         "whole_run_gain": float(f17["wsc+her+topology-ni"]["moe_throughput"])
-         / float(f17["nvl72+balance"]["moe_throughput"]) - 1.0,
-         "window": "second half of the iterations (warm-up excluded)",
-         "by_reading": {"ni_from_no_replicas": gain17, "ni_from_profiled_plan": gain17p}},
-        _near(gain17, 0.39, 2.0),
-        f"NI started from a profiled plan ({PROFILE_ITERS} iterations): {gain17p:+.1%}"))
-    extra = {"fig13a_points": len(a["comm_s"]), "fig13c_points": len(c["tp"])}
-    return Report("moentwine", claims, files, extra)
-
-
-def _readings_note(by: dict, ok) -> str:
-    """'holds under: ...; fails under: ...' over the network readings."""
-    hold = [r for r, v in by.items() if ok(v)]
-    fail = [r for r in by if r not in hold]
-    return (f"holds under: {', '.join(hold) or 'none'}; fails under: {', '.join(fail) or 'none'}"
-            f" (primary reading: {PRIMARY})")
-
-
-# --- output helpers -------------------------------------------------------------------------
-
-
-def _csv(path: Path, cols: dict) -> None:
-    atomic_write_csv(path, {k: np.asarray(v) for k, v in cols.items()})
-
-
-# Axis names and legend titles of the figures (column names are CSV headers, not labels).
-_LABELS = {"tokens_per_group": "tokens per TP group", "tp": "TP degree (devices per group)",
-           "max_over_mean": "max / mean device load", "comm": "communication per layer",
-           "moe_compute": "MoE compute per layer", "iteration": "iteration"}
-_LEGEND_TITLES = {
-    "system": "platform / mapping\nbaseline: each TP group a compact block; er: ER-Mapping "
-              "(entwined rings);\nher: HER-Mapping (multi-wafer); esp: expert sharding",
-    "mapping": "mapping\nbaseline: compact TP blocks; ER / HER: 001 §IV-A",
-    "strategy": "balancing strategy (001 §V)\nnone; greedy: EPLB-style greedy; topology: "
-                "Alg. 1 topology-aware;\n-ni: with non-invasive migration (§V-A)",
-}
-
-
-def _label(col: str) -> str:
-    return _LABELS.get(col, col.replace("_", " "))
-
-
-def _y_axis(ax, y: str, values=()) -> None:
-    """Seconds in ms, bytes in MB, anything else by its readable name; a log axis (labels
-    at powers of ten) when the values span more than 20x, so small series stay visible."""
-    v = np.asarray([x for x in values if isinstance(x, (int, float))], np.float64)
-    v = v[np.isfinite(v) & (v > 0)]
-    if v.size and v.max() / v.min() > 20:
-        plotting.log_axis(ax, "y", base=10)
-    if y.endswith("_s"):
-        plotting.time_axis(ax, "y", "ms", _label(y[:-2]))
-    elif y.endswith("_bytes"):
-        plotting.bytes_axis(ax, "y", "MB", _label(y[:-6]))
-    else:
-        ax.set_ylabel(_label(y))
-
-
-def _legend(fig, ax, group: str) -> None:
-    title = _LEGEND_TITLES.get(group, _label(group))
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3,
-               fontsize=7, title=title, title_fontsize=7)
-
-
-def _plot_lines(path, rows, x, y, group, title):
-    fig, axes = plotting.figure(width=7.0, height=4.6)
-    ax = axes[0, 0]
-    for gname in dict.fromkeys(rows[group]):
-        idx = [i for i, v in enumerate(rows[group]) if v == gname]
-        ax.plot([rows[x][i] for i in idx], [rows[y][i] for i in idx], marker="o",
-                label=str(gname))
-    xs = np.asarray([v for v in rows[x] if isinstance(v, (int, float))], np.float64)
-    if xs.size and xs.min() > 0 and xs.max() / xs.min() >= 8:
-        plotting.log_axis(ax, "x", base=2)
-    ax.set_xlabel(_label(x))
-    _y_axis(ax, y, rows[y])
-    ax.set_title(title, fontsize=9)
-    _legend(fig, ax, group)
-    plotting.save(fig, path, dpi=90)
-
-
-def _plot_bars(path, rows, x, y, group, title):
-    xs = list(dict.fromkeys(rows[x]))
-    gs = list(dict.fromkeys(rows[group]))
-    fig, axes = plotting.figure(width=8.0, height=4.6)
-    ax = axes[0, 0]
-    w = 0.8 / len(gs)
-    for j, gname in enumerate(gs):
-        vals = [next((rows[y][i] for i in range(len(rows[y]))
-                      if rows[x][i] == xv and rows[group][i] == gname), 0.0) for xv in xs]
-        ax.bar(np.arange(len(xs)) + j * w, vals, w, label=str(gname))
-    ax.set_xticks(np.arange(len(xs)) + 0.4 - w / 2)
-    ax.set_xticklabels([str(v) for v in xs], fontsize=7)
-    ax.set_xlabel(_label(x))
-    _y_axis(ax, y, rows[y])
-    ax.set_title(title, fontsize=9)
-    _legend(fig, ax, group)
-    plotting.save(fig, path, dpi=90)
-
-
-def _plot_simple_bars(path, labels, values, ylabel, title):
-    fig, axes = plotting.figure(width=8.0, height=4.2)
-    ax = axes[0, 0]
-    ax.bar(range(len(values)), values)
-    ax.set_xticks(range(len(values)))
-    ax.set_xticklabels(labels, fontsize=6, rotation=30)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    plotting.save(fig, path, dpi=90)
-
-
-def plot_fig11(path, cols) -> None:
-    """Fig. 11: bytes per layer on each mesh link (both directions summed), one row per
-    mapping, one column per phase; one colour scale per phase, fitted to its data, so the
-    mappings compare directly. Link names are `D rR cC` (D = E/W: link (R, C)-(R, C+1),
-    S/N: (R, C)-(R+1, C)), as `cfg.topo.link_names`."""
-    names = [str(x) for x in cols["link"]]
-    d = [n.split()[0] for n in names]
-    r = np.asarray([int(n.split()[1][1:]) for n in names])
-    c = np.asarray([int(n.split()[2][1:]) for n in names])
-    horiz = np.isin(d, ("E", "W"))
-    rows_, cols_ = int(r[horiz].max()) + 1, int(c[horiz].max()) + 2
-    maps = list(dict.fromkeys(str(x) for x in cols["mapping"]))
-    phases = list(dict.fromkeys(str(x) for x in cols["phase"]))
-    bytes_ = np.asarray(cols["bytes"], np.float64)
-    mapping, phase = np.asarray(cols["mapping"]).astype(str), np.asarray(cols["phase"]).astype(str)
-    titles = {"baseline": "baseline (compact TP blocks)", "er": "ER-Mapping (001 §IV-A)"}
-    fig, axes = plotting.figure(len(maps), len(phases), width=3.9, height=3.4)
-    grids = {}
-    for m in maps:
-        for ph in phases:
-            sel = (mapping == m) & (phase == ph)
-            h = np.zeros((rows_, cols_ - 1))
-            v = np.zeros((rows_ - 1, cols_))
-            for di, ri, ci, b in zip(np.asarray(d)[sel], r[sel], c[sel], bytes_[sel],
-                                     strict=True):
-                (h if di in ("E", "W") else v)[ri, ci] += b / 1e6  # MB, both directions
-            grids[(m, ph)] = (h, v)
-    for j, ph in enumerate(phases):
-        lo, hi = plotting.color_limits(np.concatenate(
-            [np.concatenate([g[0].ravel(), g[1].ravel()]) for (m, p), g in grids.items()
-             if p == ph]))
-        for i, m in enumerate(maps):
-            ax = axes[i, j]
-            lc = plotting.mesh_links(ax, rows_, cols_, *grids[(m, ph)], vmin=lo, vmax=hi)
-            ax.set_title(f"{titles.get(m, m)}: {ph}", fontsize=8)
-        fig.colorbar(lc, ax=axes[:, j], label=f"{ph} traffic per link (MB per layer)",
-                     shrink=0.8)
-    fig.suptitle("001 Fig. 11: link traffic on a 4x4 WSC, TP = 4, qwen3-235b-a22b "
-                 "(dots: dies)", fontsize=9)
-    plotting.save(fig, path, dpi=90)
+STUDY = Study(
+    name="moentwine",
+    figures=(
+        Figure("fig13a_tokens", fig13a, figs.fig13a),
+        Figure("fig13b_models", fig13b, figs.fig13b),
+        Figure("fig13c_scales", fig13c, figs.fig13c),
+        Figure("fig13d_multiwafer", fig13d, figs.fig13d),
+        Figure("fig14b_allgather", fig14b),
+        Figure("fig14a_esp", fig14a, figs.fig14a),
+        Figure("fig11_heatmaps", fig11, figs.fig11),
+        Figure("fig15_load_trace", fig15, figs.fig15),
+        Figure("fig16_strategies", fig16, figs.fig16),
+        Figure("fig17_nvl72", fig17, figs.fig17),
+    ),
+    quick=QUICK,
+    full=FULL,
+    checks=(
+        Check((), claims.er_hops_claim),
+        Check(("fig13b_models",), claims.comm_claims),
+        Check(("fig13d_multiwafer",), claims.her_claim),
+        Check(("fig14b_allgather",), claims.allgather_claim),
+        Check(("fig14a_esp",), claims.esp_claims),
+        Check(("fig15_load_trace",), claims.greedy_claim),
+        Check(("fig16_strategies",), claims.balancing_claims),
+        Check(("fig17_nvl72",), claims.nvl72_claim),
+    ),
+)
