@@ -23,19 +23,8 @@ power-law and a drifting generator (`balancing_data`), on `h800x8`, `gh200-nvl32
    (R, W) grid; then (R, W) tuned by the smoothed gradient (`rebalancing_tuning`) against
    that grid.
 
-Claims (rules fixed before any run):
-- balancing.tuned_vs_eplb: the tuned placement with replicas beats EPLB at equal memory
-  (one redundant slot each) in held-out mean layer latency; holds if it does on every
-  (recording, platform) tuned.
-- balancing.redundancy_knee: one redundant slot per device is enough (DeepSeek-V3's prefill
-  deployment): the held-out gain of each further slot is under 1%; holds if the knee (the
-  first slot count after which the next step gains < 1%) is <= 1 on at least half the
-  (workload, platform) points.
-- balancing.eplb_vs_contiguous: EPLB (one redundant slot) lowers held-out max / mean device
-  load and layer latency against contiguous placement; holds if on every point.
-- balancing.rebalance_interval: on drifting routing, re-planning every R iterations beats
-  planning once, net of migration, and the best R is neither 1 nor never; holds if on
-  every (drifting workload, platform).
+The claim rules (fixed before any run) are in `balancing_claims`, the figures in
+`balancing_figures`; this module computes the rows and declares the study (`STUDY`).
 See docs/reproduction/balancing.md for the results and why.
 """
 
@@ -53,12 +42,20 @@ import numpy as np
 
 from moejax.catalog.hardware import load_platform
 from moejax.catalog.models import load_model
-from moejax.output import plotting
-from moejax.output.progress import study_progress
-from moejax.output.results import atomic_write_csv, atomic_write_json
 from moejax.placement import eplb_reference, slots
-from moejax.reproduce import Claim, Report
 from moejax.reproduce import balancing_data as data
+from moejax.reproduce import balancing_figures as figs
+from moejax.reproduce.balancing_claims import (  # noqa: F401  (the study's axes, re-exported)
+    DECODE_TOKENS_PER_DEVICE,
+    LABELS,
+    PLACEMENTS,
+    PLATFORMS,
+    REDUNDANT,
+    TOKENS_PER_DEVICE,
+    placement_claims,
+    rebalance_claim,
+)
+from moejax.reproduce.study import Check, Figure, Grid, Rows, Study
 from moejax.runner import engine
 from moejax.systems import ep, rebalancing, rebalancing_tuning
 from moejax.trace import from_counts
@@ -66,43 +63,16 @@ from moejax.trace import io as trace_io
 from moejax.trace.core import Trace
 from moejax.tune import params as fam
 
-PLATFORMS = ("h800x8", "gh200-nvl32", "dgx-b200-4node")
-REDUNDANT = (0, 1, 2, 4)
-TOKENS_PER_DEVICE = 512  # prefill-sized batch per device: experts compute-bound
-DECODE_TOKENS_PER_DEVICE = 16  # decode-sized: every expert bound by its weight load
-PLACEMENTS = ("contiguous", "greedy", *(f"eplb-{s}" for s in REDUNDANT), "eplb-1-hier",
-              "tuned", "tuned+replicas")
-LABELS = {"contiguous": "contiguous", "greedy": "greedy (LPT per layer)",
-          **{f"eplb-{s}": f"EPLB, {s} redundant slot{'s' * (s != 1)}" for s in REDUNDANT},
-          "eplb-1-hier": "EPLB hierarchical (a group per node), 1 slot",
-          "tuned": "tuned (moejax tune, no replicas)",
-          "tuned+replicas": "tuned with replicas (1 redundant slot)",
-          "oracle": "oracle (EPLB, 1 slot, on the batch itself)"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Grid:
-    workloads: tuple[str, ...]
-    platforms: tuple[str, ...]
-    train_traces: int  # training batches per workload
-    test_traces: int  # held-out batches
-    tune_steps: int
-    tune_pairs: tuple[tuple[str, str], ...] | None  # (workload, platform) tuned; None: all
-    rebalance: tuple[tuple[str, str], ...]  # (workload, platform) of the rebalancing study
-    rebalance_iterations: int
-    rebalance_layers: int
-    blocking_platforms: tuple[str, ...]  # also run with blocking and free migration
-    intervals: tuple[int, ...]  # R (0: plan once)
-    windows: tuple[int, ...]  # W
-    smoothed_steps: int
-
-
-QUICK = Grid(workloads=tuple(data.WORKLOADS), platforms=PLATFORMS, train_traces=8,
+# Grid fields: workloads and platforms of the placement study; training and held-out batches
+# per workload; tune steps; (workload, platform) pairs tuned (None: all); the rebalancing
+# study's (workload, platform) pairs, iterations and layers; platforms also run with blocking
+# and free migration; re-plan intervals R (0: plan once) and windows W; smoothed-gradient steps.
+QUICK = Grid(True, workloads=tuple(data.WORKLOADS), platforms=PLATFORMS, train_traces=8,
              test_traces=8, tune_steps=40, tune_pairs=(("esft_intent", "gh200-nvl32"),),
              rebalance=(("drift", "h800x8"),), rebalance_iterations=48, rebalance_layers=2,
              blocking_platforms=(), intervals=(1, 2, 4, 8, 16, 0), windows=(1, 4),
              smoothed_steps=3)
-FULL = Grid(workloads=tuple(data.WORKLOADS), platforms=PLATFORMS, train_traces=32,
+FULL = Grid(False, workloads=tuple(data.WORKLOADS), platforms=PLATFORMS, train_traces=32,
             test_traces=32, tune_steps=100, tune_pairs=None,
             rebalance=tuple((w, p) for w in ("drift", "olmoe") for p in PLATFORMS),
             rebalance_iterations=160, rebalance_layers=4, blocking_platforms=("h800x8",),
@@ -228,7 +198,8 @@ def tuned_shares(workload, platform, model, train, test, grid: Grid) -> dict:
 # --- 1. placements, held out -------------------------------------------------------------
 
 
-def placement_rows(grid: Grid, tick) -> list[dict]:
+def placement_rows(grid: Grid) -> list[dict]:
+    """One row per (workload, platform, placement): held-out, decode and training metrics."""
     rows = []
     for wname in grid.workloads:
         w = data.WORKLOADS[wname]
@@ -285,86 +256,7 @@ def placement_rows(grid: Grid, tick) -> list[dict]:
                                               else np.nan),
                     "tune_s": tuned.get(name + "_s", np.nan),
                 })
-            tick(f"placements {w.label} on {pname}")
     return rows
-
-
-def _row(rows, **match):
-    for r in rows:
-        if all(r[k] == v for k, v in match.items()):
-            return r
-    raise KeyError(match)
-
-
-def _latency_ratios(rows, pts, name: str, ref: str, metric: str = "latency_ms_mean") -> dict:
-    """{"workload@platform": `metric` of `name` / `ref`} where both were scored."""
-    out = {}
-    for w, p in pts:
-        t = _row(rows, workload=w, platform=p, placement=name).get(metric, np.nan)
-        b = _row(rows, workload=w, platform=p, placement=ref).get(metric, np.nan)
-        if np.isfinite(t) and np.isfinite(b):
-            out[f"{w}@{p}"] = round(t / b, 4)
-    return out
-
-
-def placement_claims(rows, grid: Grid) -> list[Claim]:
-    claims = []
-    pts = sorted({(r["workload"], r["platform"]) for r in rows})
-    # tuned with replicas vs EPLB at equal memory
-    ratio = _latency_ratios(rows, pts, "tuned+replicas", "eplb-1")
-    plain = _latency_ratios(rows, pts, "tuned", "eplb-0")
-    fitted = _latency_ratios(rows, pts, "tuned+replicas", "eplb-1", "train_latency_ms_mean")
-    wins = sum(v < 1.0 for v in ratio.values())
-    fit_wins = sum(v < 1.0 for v in fitted.values())
-    ok = bool(ratio) and wins == len(ratio)
-    claims.append(Claim(
-        "balancing.tuned_vs_eplb", "a placement tuned by gradient descent (Sinkhorn with "
-        "capacity = slots, replicas and shares) beats EPLB at equal memory (one redundant "
-        "slot per device) on held-out routing",
-        {"tuned_replicas_over_eplb1": ratio, "tuned_over_eplb0": plain,
-         "tuned_replicas_over_eplb1_on_training_batches": fitted,
-         "wins": wins, "wins_on_training_batches": fit_wins, "points": len(ratio)},
-        ok, "" if ok else f"wins on {wins} of {len(ratio)} held-out points and on {fit_wins} "
-        f"on the batches it was fitted to; see docs/reproduction/balancing.md (tuned "
-        f"placement) for why, per point"))
-    # redundancy knee
-    knees, gains = {}, {}
-    for w, p in pts:
-        lat = [_row(rows, workload=w, platform=p, placement=f"eplb-{s}")["latency_ms_mean"]
-               for s in REDUNDANT]
-        fit = [_row(rows, workload=w, platform=p, placement=f"eplb-{s}")["fits_memory"]
-               for s in REDUNDANT]
-        steps = [(REDUNDANT[i], 1 - lat[i + 1] / lat[i]) for i in range(len(REDUNDANT) - 1)
-                 if fit[i + 1]]
-        gains[f"{w}@{p}"] = {f"{a}->{b}": round(g, 4) for (a, g), b in zip(
-            steps, REDUNDANT[1:], strict=False)}
-        knee = next((a for a, g in steps if g < 0.01), REDUNDANT[len(steps)])
-        knees[f"{w}@{p}"] = knee
-    at_most_one = sum(v <= 1 for v in knees.values())
-    ok = at_most_one * 2 >= len(knees)
-    claims.append(Claim(
-        "balancing.redundancy_knee", "one redundant expert slot per GPU is enough "
-        "(DeepSeek-V3 §3.4: 'each GPU ... will also host one additional redundant expert'): "
-        "further slots gain under 1% of held-out layer latency",
-        {"knee_slots": knees, "gain_per_step": gains, "knee_at_most_1": at_most_one,
-         "points": len(knees)},
-        ok, "" if ok else "see docs/reproduction/balancing.md (redundancy)"))
-    # EPLB vs contiguous
-    lat_gain, load_gain = {}, {}
-    for w, p in pts:
-        c = _row(rows, workload=w, platform=p, placement="contiguous")
-        b = _row(rows, workload=w, platform=p, placement="eplb-1")
-        lat_gain[f"{w}@{p}"] = round(c["latency_ms_mean"] / b["latency_ms_mean"], 4)
-        load_gain[f"{w}@{p}"] = (round(c["load_ratio_mean"], 3), round(b["load_ratio_mean"], 3))
-    ok = all(v > 1 for v in lat_gain.values()) and all(a > b for a, b in load_gain.values())
-    claims.append(Claim(
-        "balancing.eplb_vs_contiguous", "EPLB lowers the busiest GPU's load and the layer "
-        "latency against a contiguous placement (EPLB README: 'it is important to keep the "
-        "load of different GPUs balanced')",
-        {"contiguous_over_eplb1_latency": lat_gain,
-         "load_ratio_contiguous_vs_eplb1": load_gain},
-        ok, "" if ok else "see docs/reproduction/balancing.md"))
-    return claims
 
 
 # --- 2. rebalancing over time ------------------------------------------------------------
@@ -378,7 +270,9 @@ def _rebalance_points(grid: Grid, iterations: int):
     return pts, pairs
 
 
-def rebalance_rows(grid: Grid, tick) -> tuple[list[dict], dict]:
+def rebalance_rows(grid: Grid) -> tuple[list[dict], dict]:
+    """One row per (drifting workload, platform, migration mode, R, W), and the smoothed-
+    gradient (R, W) run on the first pair."""
     rows, smoothed = [], {}
     for wname, pname in grid.rebalance:
         w = data.WORKLOADS[wname]
@@ -423,173 +317,38 @@ def rebalance_rows(grid: Grid, tick) -> tuple[list[dict], dict]:
                     pairs=pairs)
                 smoothed = {"workload": wname, "platform": pname,
                             **rebalancing_tuning.tune_smoothed(system, base, traces, run)}
-        tick(f"rebalancing {w.label} on {pname}")
     return rows, smoothed
 
 
-def rebalance_claim(rows, grid: Grid) -> Claim:
-    per = {}
-    ok = True
-    for wname, pname in grid.rebalance:
-        sel = [r for r in rows if r["workload"] == wname and r["platform"] == pname
-               and r["migration"] == "overlapped" and r["window"] < grid.rebalance_iterations]
-        periodic = [r for r in sel if r["interval"] >= 1]
-        once = min((r for r in sel if r["interval"] == 0), key=lambda r: r["forward_ms"])
-        best = min(periodic, key=lambda r: r["forward_ms"])
-        every = min((r for r in periodic if r["interval"] == 1), key=lambda r: r["forward_ms"])
-        gain = 1 - best["forward_ms"] / once["forward_ms"]
-        hold = gain > 0 and best["interval"] > 1
-        ok &= hold
-        per[f"{wname}@{pname}"] = {"best_interval": best["interval"],
-                                   "best_window": best["window"],
-                                   "best_forward_ms": round(best["forward_ms"], 5),
-                                   "plan_once_forward_ms": round(once["forward_ms"], 5),
-                                   "every_iteration_forward_ms": round(every["forward_ms"], 5),
-                                   "gain_vs_once": round(gain, 4)}
-    return Claim(
-        "balancing.rebalance_interval", "on drifting routing, re-planning with EPLB every R "
-        "iterations from a moving window beats planning once, net of the weights it moves, "
-        "and the best R is neither every iteration nor never (DeepSeek-V3 §3.4: adjusted "
-        "'periodically (e.g., every 10 minutes)')", per, bool(ok),
-        "" if ok else "see docs/reproduction/balancing.md (rebalancing)")
+# --- the study -----------------------------------------------------------------------------
 
 
-# --- plots ---------------------------------------------------------------------------------
+def placements(grid: Grid) -> Rows:
+    return Rows(placement_rows(grid))
 
 
-def plot_placements(path, rows, grid: Grid, metric: str, title: str, ylabel: str):
-    """One row per platform; per workload, each placement's `metric` relative to EPLB with
-    one redundant slot, on a log axis (missing bars: not tuned there, or the slots do not
-    fit in memory)."""
-    names = [*PLACEMENTS, "oracle"]
-    fig, axes = plotting.figure(len(grid.platforms), 1, width=11.0, height=2.5)
-    width = 0.85 / len(names)
-    for ax, pname in zip(axes[:, 0], grid.platforms, strict=True):
-        for j, name in enumerate(names):
-            ref = [_row(rows, workload=w, platform=pname, placement="eplb-1")[metric]
-                   for w in grid.workloads]
-            vals = [_row(rows, workload=w, platform=pname, placement=name)[metric] / r
-                    for w, r in zip(grid.workloads, ref, strict=True)]
-            ax.bar(np.arange(len(grid.workloads)) + j * width, vals, width, color=f"C{j}",
-                   label=LABELS[name])
-        ax.axhline(1.0, color="k", lw=0.6)
-        plotting.log_axis(ax, "y", base=2)
-        ax.set_ylim(0.4, 6.0)
-        ax.set_xticks(np.arange(len(grid.workloads)) + 0.425 - width / 2,
-                      [data.WORKLOADS[w].label for w in grid.workloads], fontsize=7)
-        ax.set_title(pname, fontsize=8, loc="left")
-        ax.set_ylabel(ylabel, fontsize=7)
-    axes[0, 0].legend(fontsize=6, ncol=5, loc="upper center")
-    fig.suptitle(title, fontsize=9)
-    plotting.save(fig, path)
+def rebalancing_over_time(grid: Grid) -> Rows:
+    rows, smoothed = rebalance_rows(grid)
+    return Rows(rows, more={"smoothed.json": smoothed})
 
 
-def plot_redundancy(path, rows, grid: Grid):
-    fig, axes = plotting.figure(1, len(grid.platforms), width=5.0, height=4.2)
-    for ax, pname in zip(axes[0], grid.platforms, strict=True):
-        for i, wname in enumerate(grid.workloads):
-            r = [_row(rows, workload=wname, platform=pname, placement=f"eplb-{s}")
-                 for s in REDUNDANT]
-            ok = [x["fits_memory"] for x in r]
-            base = r[0]["latency_ms_mean"]
-            ax.plot([s for s, f in zip(REDUNDANT, ok, strict=True) if f],
-                    [x["latency_ms_mean"] / base for x, f in zip(r, ok, strict=True) if f],
-                    marker="o", color=f"C{i}", label=f"{data.WORKLOADS[wname].label}, prefill")
-            dec = r[0]["decode_latency_ms_mean"]
-            ax.plot([s for s, f in zip(REDUNDANT, ok, strict=True) if f],
-                    [x["decode_latency_ms_mean"] / dec for x, f in zip(r, ok, strict=True)
-                     if f], marker="x", ls="--", color=f"C{i}",
-                    label=f"{data.WORKLOADS[wname].label}, decode")
-        ax.axhline(1.0, color="k", lw=0.6)
-        plotting.log_axis(ax, "y", base=2)
-        ax.set_xticks(REDUNDANT)
-        ax.set_xlabel("redundant slots per device")
-        ax.set_title(pname, fontsize=9)
-    axes[0][0].set_ylabel("layer latency / EPLB without redundancy")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=6, fontsize=6.5)
-    fig.suptitle(f"Issue 19: EPLB's held-out layer latency vs redundant slots per device\n"
-                 f"(prefill {TOKENS_PER_DEVICE} / decode {DECODE_TOKENS_PER_DEVICE} tokens per "
-                 f"device; points that do not fit in device memory are left out)", fontsize=9)
-    plotting.save(fig, path)
-
-
-def plot_rebalance(path, rows, grid: Grid, smoothed: dict):
-    """One panel per (drifting workload, platform): iteration time vs R per window W
-    (overlapped migration), the plan-once and never-planned levels, and where the study ran
-    it, the bound without migration cost (free) at its best W."""
-    wls = list(dict.fromkeys(w for w, _ in grid.rebalance))
-    pls = list(dict.fromkeys(p for _, p in grid.rebalance))
-    fig, axes = plotting.figure(len(wls), len(pls), width=4.6, height=3.2)
-    for (wname, pname), ax in ((wp, axes[wls.index(wp[0]), pls.index(wp[1])])
-                               for wp in grid.rebalance):
-        here = [r for r in rows if r["workload"] == wname and r["platform"] == pname]
-        sel = [r for r in here if r["migration"] == "overlapped"]
-        static = next(r for r in sel if r["window"] == grid.rebalance_iterations)
-        for i, wi in enumerate(grid.windows):
-            rs = sorted((r for r in sel if r["window"] == wi and r["interval"] >= 1),
-                        key=lambda r: r["interval"])
-            ax.plot([r["interval"] for r in rs], [r["forward_ms"] / 1e3 for r in rs],
-                    marker="o", color=f"C{i}", label=f"window W = {wi} iterations")
-            once = next(r for r in sel if r["window"] == wi and r["interval"] == 0)
-            ax.axhline(once["forward_ms"] / 1e3, color=f"C{i}", ls=":", lw=0.8)
-        free = [r for r in here if r["migration"] == "free" and r["interval"] >= 1
-                and r["window"] < grid.rebalance_iterations]
-        if free:
-            best = {}
-            for r in free:
-                best[r["interval"]] = min(best.get(r["interval"], np.inf), r["forward_ms"])
-            ax.plot(sorted(best), [best[k] / 1e3 for k in sorted(best)], color="grey",
-                    ls="--", marker=".", label="no migration cost (bound), best W")
-        ax.axhline(static["forward_ms"] / 1e3, color="k", ls="--", lw=0.8,
-                   label="never planned (contiguous)")
-        if smoothed and smoothed["workload"] == wname and smoothed["platform"] == pname:
-            ax.plot([smoothed["final"]["interval"]], [smoothed["final_ms"] / 1e3], marker="*",
-                    ms=12, color="k", ls="none", label="smoothed-gradient (R, W)")
-        plotting.log_axis(ax, "x")
-        plotting.time_axis(ax, "y", "ms", "iteration time incl. stalls")
-        ax.set_xlabel("re-plan interval R (iterations)")
-        ax.set_title(f"{data.WORKLOADS[wname].label}, {pname}", fontsize=8)
-        if (wname, pname) == grid.rebalance[0]:
-            ax.legend(fontsize=6)
-    fig.suptitle("Issue 19: EPLB re-planned every R iterations from the last W iterations' "
-                 "loads, 1 redundant slot, migration overlapped\n(dotted: planned once, at "
-                 "iteration W, in the window's colour)", fontsize=9)
-    plotting.save(fig, path)
-
-
-# --- study ---------------------------------------------------------------------------------
-
-
-def run(out_dir: Path, quick: bool) -> Report:
-    out = Path(out_dir)
-    grid = QUICK if quick else FULL
-    steps = len(grid.workloads) * len(grid.platforms) + len(grid.rebalance) + 1
-    t0 = time.perf_counter()
-    with study_progress("balancing", steps) as tick:
-        rows = placement_rows(grid, tick)
-        claims = placement_claims(rows, grid)
-        reb, smoothed = rebalance_rows(grid, tick)
-        claims.append(rebalance_claim(reb, grid))
-        atomic_write_csv(out / "placements.csv",
-                         {k: np.asarray([r[k] for r in rows]) for k in rows[0]})
-        atomic_write_csv(out / "rebalancing.csv",
-                         {k: np.asarray([r[k] for r in reb]) for k in reb[0]})
-        atomic_write_json(out / "smoothed.json", smoothed)
-        plot_placements(out / "placements_latency.png", rows, grid, "latency_ms_mean",
-                        f"Issue 19: held-out MoE layer latency of synchronous EP per placement, "
-                        f"{TOKENS_PER_DEVICE} tokens per device (1.0 = EPLB, 1 redundant slot)",
-                        "layer latency / EPLB's")
-        plot_placements(out / "placements_load.png", rows, grid, "load_ratio_p99",
-                        "Issue 19: held-out max / mean device load, p99 over batches "
-                        "(1.0 = EPLB, 1 redundant slot)", "p99 max/mean load / EPLB's")
-        plot_redundancy(out / "redundancy.png", rows, grid)
-        plot_rebalance(out / "rebalancing.png", reb, grid, smoothed)
-        tick("tables and figures")
-    files = ["placements.csv", "rebalancing.csv", "smoothed.json", "placements_latency.png",
-             "placements_load.png", "redundancy.png", "rebalancing.png"]
-    extra = {"grid": dataclasses.asdict(grid), "tokens_per_device": TOKENS_PER_DEVICE,
-             "decode_tokens_per_device": DECODE_TOKENS_PER_DEVICE,
-             "wall_s": time.perf_counter() - t0,
-             "workloads": {k: dataclasses.asdict(v) for k, v in data.WORKLOADS.items()}}
-    return Report("balancing", claims, files, extra)
+STUDY = Study(
+    name="balancing",
+    figures=(
+        Figure("placements", placements, (("placements_latency", figs.placements_latency),
+                                          ("placements_load", figs.placements_load),
+                                          ("redundancy", figs.redundancy))),
+        Figure("rebalancing", rebalancing_over_time, figs.rebalancing, more=("smoothed.json",)),
+    ),
+    quick=QUICK,
+    full=FULL,
+    checks=(
+        Check(("placements",), lambda r, grid: placement_claims(r.cols, grid), grid=True),
+        Check(("rebalancing",), lambda r, grid: rebalance_claim(r.cols, grid), grid=True),
+    ),
+    about=lambda grid: {
+        "grid": grid.asdict(), "tokens_per_device": TOKENS_PER_DEVICE,
+        "decode_tokens_per_device": DECODE_TOKENS_PER_DEVICE,
+        "workloads": {k: dataclasses.asdict(v) for k, v in data.WORKLOADS.items()}},
+    timed=True,
+)
