@@ -17,7 +17,8 @@ ap.add_argument("--experts", type=int, default=8)
 ap.add_argument("--rates", type=float, nargs="+", default=[25.0, 100.0, 400.0])
 ap.add_argument("--requests", type=int, default=256)
 a = ap.parse_args()
-grid = Grid(requests=a.requests, rates=tuple(a.rates), top2_workloads=(), chunk_steps=8192)
+grid = Grid(False, requests=a.requests, rates=tuple(a.rates), top2_workloads=(),
+            chunk_steps=8192)
 for r in sweep(a.hardware, a.policy, a.top_k, a.workload, a.rates, grid, experts=a.experts):
     print(f"rate {r['rate_per_s']:7.1f}/s  {r['throughput_tok_s']:9.1f} tok/s  "
           f"ITL {r['itl_mean_s'] * 1e3:7.2f} ms (p99 {r['itl_p99_s'] * 1e3:7.1f})  "

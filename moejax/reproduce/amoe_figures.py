@@ -1,6 +1,7 @@
 """Figures of paper 002 (AMoE): the steady-state study (`steady_amoe.py`, shipped) and the
-earlier finite-stream study (`amoe.run_finite`), drawn through `moejax.output.plotting` from the
-rows each study writes to CSV, so `moejax reproduce amoe --replot DIR` redraws them from DIR.
+earlier finite-stream study (`amoe.run_finite`), drawn through `moejax.output.plotting`; the
+steady study's figures from the rows of their CSV, so `moejax reproduce amoe --replot DIR`
+redraws them from DIR.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from moejax.output import plotting
-from moejax.reproduce.figure_io import FigureDir
+from moejax.reproduce.study import Grid, Rows, row_dicts
 
 SYSTEMS = {  # steady study: CSV `system` -> legend
     "aep": "AMoE: asynchronous EP, defragging scheduler (aep-defrag)",
@@ -112,50 +113,60 @@ def queue_depth(path: Path, qdepth, bin_s: float) -> None:
     plotting.save(fig, path)
 
 
-def _steady(d: FigureDir) -> None:
-    rows9 = d.rows("fig9_closed_loop")
-    curves_ = list(dict.fromkeys((int(r["top_k"]), r["workload"]) for r in rows9))
+# --- the steady-state study's figures, from their CSV rows ---------------------------------
+
+
+def closed_loop(path: Path, rows: Rows, grid: Grid) -> None:
+    """Fig. 9: one panel per (top-k, workload) curve of the closed-loop rows."""
+    rows9 = row_dicts(rows.cols, ints=("top_k",))
+    curves_ = list(dict.fromkeys((r["top_k"], r["workload"]) for r in rows9))
     n = [r["concurrency_target"] for r in rows9]
-    curves(d.png("fig9_closed_loop"), rows9,
-           [(f"top-{k} {w}", {"top_k": k, "workload": w}) for k, w in curves_],
+    curves(path, rows9, [(f"top-{k} {w}", {"top_k": k, "workload": w}) for k, w in curves_],
            f"002 Fig. 9: closed-loop sweeps, N = {min(n):.0f}-{max(n):.0f} requests "
            "in flight, 8x A100")
-    if d.has("fig10_scaling"):
-        rows10 = d.rows("fig10_scaling")
-        plats = list(dict.fromkeys(r["platform"] for r in rows10))
-        label = {p: ("16 GPUs (2 nodes, 40 GB), 16 experts" if "16" in p
-                     else "8 GPUs (1 node, 40 GB), 8 experts") for p in plats}
-        curves(d.png("fig10_scaling"), rows10, [(label[p], {"platform": p}) for p in plats],
-               "002 Fig. 10: scaling to 2 nodes, medium workload, top-1")
-    if d.has("fig9b_open_loop"):
-        open_loop(d.png("fig9b_open_loop"), d.rows("fig9b_open_loop"))
-    if d.has("fig12_rates"):
-        rates(d.png("fig12_rates"), d.cols("fig12_rates"),
-              "002 Fig. 12: arrivals vs completions, top-1, 80% load")
 
 
-def _finite_study(d: FigureDir) -> None:
-    rows9 = d.rows("fig9_throughput_itl")
-    panels = list(dict.fromkeys((int(r["top_k"]), r["workload"]) for r in rows9))
-    curves(d.png("fig9_throughput_itl"), rows9,
-           [(f"top-{k} {w}", {"top_k": k, "workload": w}) for k, w in panels],
+def scaling(path: Path, rows: Rows, grid: Grid) -> None:
+    """Fig. 10: one panel per platform (2 nodes, 16 experts; 1 node, 8 experts)."""
+    rows10 = row_dicts(rows.cols, ints=("top_k",))
+    plats = list(dict.fromkeys(r["platform"] for r in rows10))
+    label = {p: ("16 GPUs (2 nodes, 40 GB), 16 experts" if "16" in p
+                 else "8 GPUs (1 node, 40 GB), 8 experts") for p in plats}
+    curves(path, rows10, [(label[p], {"platform": p}) for p in plats],
+           "002 Fig. 10: scaling to 2 nodes, medium workload, top-1")
+
+
+def open_loop_figure(path: Path, rows: Rows, grid: Grid) -> None:
+    open_loop(path, row_dicts(rows.cols))
+
+
+def steady_rates(path: Path, rows: Rows, grid: Grid) -> None:
+    rates(path, rows.cols, "002 Fig. 12: arrivals vs completions, top-1, 80% load")
+
+
+# --- the finite-stream study's figures -----------------------------------------------------
+
+
+def finite_curves(path: Path, rows: Rows, grid: Grid) -> None:
+    """Finite study, Fig. 9: one panel per (top-k, workload), one line per policy."""
+    rows9 = row_dicts(rows.cols, ints=("top_k",))
+    panels = list(dict.fromkeys((r["top_k"], r["workload"]) for r in rows9))
+    curves(path, rows9, [(f"top-{k} {w}", {"top_k": k, "workload": w}) for k, w in panels],
            "002 Fig. 9 (finite streams): AMoE vs synchronous EP, 8x A100", group="policy")
-    if d.has("fig10_scaling"):
-        curves(d.png("fig10_scaling"), d.rows("fig10_scaling"),
-               [("16 GPUs, 16 experts, top-1", {})], "002 Fig. 10 (finite streams): 2 nodes",
-               group="policy")
-    if d.has("fig12_rates"):
-        rates(d.png("fig12_rates"), d.cols("fig12_rates"),
-              "002 Fig. 12 (finite streams): arrivals vs completions")
-    if d.has("fig7_queue_depth"):
-        q = d.cols("fig7_queue_depth")
-        t = d.cols("fig12_rates")["t_s"]
-        bin_s = float(t[1] - t[0]) if len(t) > 1 else 1.0
-        queue_depth(d.png("fig7_queue_depth"), np.stack(list(q.values()), 1), bin_s)
 
 
-def plot_from_dir(src: Path, out: Path) -> list[str]:
-    """Every figure of the run in `src` (steady study, or the finite-stream one) into `out`."""
-    d = FigureDir(src, out)
-    (_steady if d.has("fig9_closed_loop") else _finite_study)(d)
-    return d.names
+def finite_scaling(path: Path, rows: Rows, grid: Grid) -> None:
+    curves(path, row_dicts(rows.cols, ints=("top_k",)), [("16 GPUs, 16 experts, top-1", {})],
+           "002 Fig. 10 (finite streams): 2 nodes", group="policy")
+
+
+def finite_rates(path: Path, rows: Rows, grid: Grid) -> None:
+    rates(path, rows.cols, "002 Fig. 12 (finite streams): arrivals vs completions")
+
+
+def finite_queue_depth(path: Path, rows: Rows, grid: Grid) -> None:
+    """Finite study, Fig. 7 from fig7_queue_depth.csv (one column per block), in the time
+    bins of fig12_rates.csv."""
+    q = np.stack([np.asarray(v, np.float64) for v in rows.cols.values()], 1)
+    t = np.asarray(rows.more.get("fig12_rates.csv", {}).get("t_s", []), np.float64)
+    queue_depth(path, q, float(t[1] - t[0]) if len(t) > 1 else 1.0)
