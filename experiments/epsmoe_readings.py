@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +31,13 @@ READINGS = {"literal": {}, "send-once": {"resend": False},
             "send-once + full overlap": {"resend": False, "phi_min": 1.0}}
 
 
-def measure(changes: dict, out: Path) -> dict:
+def measure(changes: dict) -> dict:
     orig = study.make_config
     study.make_config = functools.partial(ecfg.make_config, **changes)
     try:
         run = study.Runner(study.QUICK)
-        mix = study.table3(out, run, "mixtral-8x7b", lambda *_: None)
-        t2 = study.table2(out, run, lambda *_: None)
+        _, mix = study.table3_run(run, "mixtral-8x7b")
+        _, t2 = study.table2_run(run)
     finally:
         study.make_config = orig
     i128 = mix["cells"].index((128, 2048))
@@ -55,10 +54,9 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="write readings.json here")
     args = ap.parse_args(argv)
     res = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, changes in READINGS.items():
-            res[name] = measure(changes, Path(tmp))
-            print(name, json.dumps(res[name]))
+    for name, changes in READINGS.items():
+        res[name] = measure(changes)
+        print(name, json.dumps(res[name]))
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "readings.json").write_text(json.dumps(res, indent=1))

@@ -1,5 +1,5 @@
-"""Figures of paper 003 (EPS-MoE), drawn through `moejax.output.plotting` from the columns the study
-writes to CSV, so `moejax reproduce epsmoe --replot DIR` redraws them from DIR alone."""
+"""Figures of paper 003 (EPS-MoE), each drawn through `moejax.output.plotting` from the columns
+its table writes to CSV, so `moejax reproduce epsmoe --replot DIR` redraws them from DIR alone."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from moejax.output import plotting
-from moejax.reproduce.figure_io import FigureDir
+from moejax.reproduce.study import Grid, Rows
 
 T3_LEGEND = {  # 003 Table 3 rows: the study's T3_VARIANTS against vLLM's TP+TP (GroupGemm)
     "TP+EP": "TP attention + EP experts, GroupGemm",
@@ -142,17 +142,40 @@ def table1(path: Path, cols: dict) -> None:
     plotting.save(fig, path)
 
 
-def plot_from_dir(src: Path, out: Path) -> list[str]:
-    """Every figure of the epsmoe run in `src` into `out`, from its CSVs and summary.json."""
-    d = FigureDir(src, out)
-    if d.has("fig5_gemm"):
-        fig5(d.png("fig5_gemm"), d.cols("fig5_gemm"), d.cols("fig5_gemm_sms"))
-    for p in sorted(d.src.glob("table3_*.csv")):  # one table per model
-        table3(d.png(p.stem), d.cols(p.stem), p.stem[len("table3_"):])
-    n_star = d.summary().get("n_star_fig11", {})
-    d.each((("table6_sm", "table6_sm", table6),
-            ("table7_threshold", "fig10_regions", fig10),
-            ("fig11_pn", "fig11_pn", lambda path, cols: fig11(path, cols, n_star)),
-            ("fig9_split_io", "fig9_split_io", fig9),
-            ("table1", "table1", table1)))
-    return d.names
+# --- each figure from the rows read back from its CSV ---------------------------------------
+
+
+def _arrays(cols: dict) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in cols.items()}
+
+
+def fig5_figure(path: Path, rows: Rows, grid: Grid) -> None:
+    fig5(path, _arrays(rows.cols), _arrays(rows.more["fig5_gemm_sms.csv"]))
+
+
+def table3_figure(mname: str):
+    """Table 3's plot for one model."""
+    def draw(path: Path, rows: Rows, grid: Grid) -> None:
+        table3(path, _arrays(rows.cols), mname)
+    return draw
+
+
+def table6_figure(path: Path, rows: Rows, grid: Grid) -> None:
+    table6(path, _arrays(rows.cols))
+
+
+def fig10_figure(path: Path, rows: Rows, grid: Grid) -> None:
+    """Fig. 10 from Table 7's rows (tokens per device, PN=2 vs PN=1 change)."""
+    fig10(path, _arrays(rows.cols))
+
+
+def fig11_figure(path: Path, rows: Rows, grid: Grid) -> None:
+    fig11(path, _arrays(rows.cols), rows.summary.get("n_star_fig11", {}))
+
+
+def fig9_figure(path: Path, rows: Rows, grid: Grid) -> None:
+    fig9(path, _arrays(rows.cols))
+
+
+def table1_figure(path: Path, rows: Rows, grid: Grid) -> None:
+    table1(path, _arrays(rows.cols))
