@@ -10,7 +10,7 @@ import pytest
 
 from moejax.output import plotting
 from moejax.output.results import atomic_write_csv, atomic_write_rows
-from moejax.reproduce.replot import PLOTTERS, replot
+from moejax.reproduce import replot
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -39,7 +39,7 @@ def _amoe(d):
             "fig12_rates.png"}
 
 
-def _amoe_finite(d):  # the earlier finite-stream study (amoe.run_finite)
+def _amoe_finite(d):  # the earlier finite-stream study (amoe.FINITE)
     rows = [{"platform": "a100x8-nvswitch", "policy": p, "top_k": 1, "workload": "medium",
              "rate_per_s": r, "throughput_tok_s": 100.0 * r, "itl_mean_s": 0.1}
             for p in ("aep-defrag", "ep-sync") for r in (25.0, 400.0)]
@@ -122,13 +122,12 @@ def _moentwine(d):
     return {"fig11_heatmaps.png", "fig17_nvl72.png"}
 
 
-SETS = {"amoe": _amoe, "amoe-finite": _amoe_finite, "epsmoe": _epsmoe, "dysharp": _dysharp,
-        "moentwine": _moentwine}
+SETS = {"amoe": _amoe, "epsmoe": _epsmoe, "dysharp": _dysharp, "moentwine": _moentwine}
 
 
 @pytest.mark.parametrize("name", sorted(SETS))
 def test_replot_draws_every_figure_from_csvs(tmp_path, name):
-    study = name.split("-")[0]
+    study = name
     src, out = tmp_path / "run", tmp_path / "figs"
     src.mkdir()
     expect = SETS[name](src)
@@ -148,7 +147,7 @@ def test_fsedp_replot_draws_the_rows_the_study_draws(tmp_path, monkeypatch):
     import shutil
     from pathlib import Path
 
-    from moejax.reproduce import fsedp as fs
+    from moejax.reproduce import fsedp_figures as fs
 
     shipped = Path(__file__).resolve().parents[1] / "docs" / "results" / "fsedp"
     src = tmp_path / "run"
@@ -174,10 +173,35 @@ def test_fsedp_replot_draws_the_rows_the_study_draws(tmp_path, monkeypatch):
     assert len(over) > 1 and set(drawn["fig17"]["overhead"]) == {"ctrl 0.5us"}
 
 
-def test_every_study_has_a_replot():
-    from moejax.reproduce import STUDIES
+def test_every_study_is_data_with_its_own_plots():
+    """Each registered study exports one `STUDY` whose figures are named by their CSV stem,
+    uniquely, and draw their own PNGs (no second registry of plotters)."""
+    import importlib
 
-    assert set(PLOTTERS) == set(STUDIES)
+    from moejax.reproduce import STUDIES, Study
+
+    for name, path in STUDIES.items():
+        study = importlib.import_module(path).STUDY
+        assert isinstance(study, Study) and study.name == name
+        names = study.figure_names()
+        assert len(set(names)) == len(names), name
+        assert any(f.drawings() for f in study.figures), name
+        assert study.grid(True).quick and not study.grid(False).quick
+
+
+def test_replot_only_draws_the_named_figures(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[1] / "docs" / "results" / "moentwine"
+    src = tmp_path / "run"
+    src.mkdir()
+    for p in [*shipped.glob("*.csv"), shipped / "summary.json"]:
+        shutil.copy(p, src)
+    names = replot("moentwine", src, tmp_path / "figs", only="fig13d_multiwafer,fig17_nvl72")
+    assert sorted(names) == ["fig13d_multiwafer.png", "fig17_nvl72.png"]
+    with pytest.raises(Exception, match="unknown moentwine figure 'fig99'"):
+        replot("moentwine", src, tmp_path / "figs2", only="fig99")
 
 
 def test_read_csv_round_trip(tmp_path):
@@ -205,3 +229,72 @@ def test_cli_replot_in_place_and_bad_dir(tmp_path, capsys):
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert list(empty.iterdir()) == []
+
+
+def test_finite_amoe_study_draws_its_figures_from_csvs(tmp_path):
+    """The unregistered finite-stream study (`amoe.FINITE`) redraws from its CSVs too."""
+    from moejax.reproduce import amoe, replot_study
+
+    src, out = tmp_path / "run", tmp_path / "figs"
+    src.mkdir()
+    out.mkdir()
+    expect = _amoe_finite(src)
+    names = replot_study(amoe.FINITE, src, out, {"quick": True})
+    assert set(names) == expect
+    for name in expect:
+        assert (out / name).read_bytes()[:8] == PNG, name
+
+
+TOY = '''
+from moejax.reproduce import Check, Claim, Figure, Grid, Rows, Study
+from moejax.output import plotting
+
+def squares(grid):
+    return Rows({"x": list(range(grid.n)), "y": [x * x for x in range(grid.n)]},
+                summary={"points": grid.n})
+
+def cubes(grid):
+    return Rows([{"x": x, "y": x ** 3} for x in range(grid.n)], more={"note.json": {"k": 3}})
+
+def draw(path, rows, grid):
+    fig, ax = plotting.figure()
+    ax[0, 0].plot(rows.cols["x"], rows.cols["y"])
+    plotting.save(fig, path)
+
+def grows(sq):
+    return Claim("toy.grows", "y grows", sq.cols["y"][-1], sq.cols["y"][-1] > sq.cols["y"][0])
+
+STUDY = Study("toy", (Figure("squares", squares, draw), Figure("cubes", cubes)),
+              quick=Grid(True, n=3), full=Grid(False, n=5), checks=(Check(("squares",), grows),))
+'''
+
+
+def test_a_study_as_data_runs_through_the_one_runner(tmp_path, monkeypatch, capsys):
+    """A toy study: CSV (columns and row dicts), extra files, the PNG drawn from the CSV read
+    back, claims, summary entries, --only (and an unknown figure: one line, exit 2)."""
+    from moejax import reproduce
+    from moejax.cli.main import main
+
+    (tmp_path / "toy_study.py").write_text(TOY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(reproduce.STUDIES, "toy", "toy_study")
+    out = tmp_path / "out"
+    assert main(["reproduce", "toy", "--quick", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["files"] == ["squares.csv", "squares.png", "cubes.csv", "note.json"]
+    assert summary["points"] == 3 and summary["quick"] is True
+    assert [(c["id"], c["holds"], c["simulated"]) for c in summary["claims"]] == [
+        ("toy.grows", True, 4)]
+    assert (out / "squares.png").read_bytes()[:8] == PNG
+    assert plotting.read_csv(out / "cubes.csv")["y"].tolist() == [0.0, 1.0, 8.0]
+    only = tmp_path / "only"
+    assert main(["reproduce", "toy", "--out", str(only), "--only", "cubes"]) == 0
+    summary = json.loads((only / "summary.json").read_text())
+    assert summary["only"] == ["cubes"] and summary["claims"] == []  # its claim needs squares
+    assert sorted(p.name for p in only.iterdir()) == ["cubes.csv", "note.json", "summary.json"]
+    capsys.readouterr()
+    assert main(["reproduce", "toy", "--out", str(tmp_path / "bad"), "--only", "cube"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown toy figure 'cube'" in err and "squares" in err
+    assert not (tmp_path / "bad").exists()
+    assert reproduce.replot("toy", out, tmp_path / "figs") == ["squares.png"]

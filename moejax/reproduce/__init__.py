@@ -93,16 +93,14 @@ def replot(name: str, src: Path | str, out: Path | str | None = None, only=None)
     if not (src / "summary.json").is_file():
         raise ConfigError(f"--replot {src}: no summary.json there; expected the folder a "
                           f"`moejax reproduce {name} --out DIR` run wrote")
-    if study is None:  # not yet a Study: its figure module's plot_from_dir(src, out)
-        if only is not None:
-            raise ConfigError(f"--only: study {name!r} has no figure selection")
-        draw = importlib.import_module(f"{STUDIES[name]}_figures").plot_from_dir
-    else:
-        study.select(parse_only(only))
-        summary = json.loads((src / "summary.json").read_text(encoding="utf-8"))
+    if study is None:
+        raise ConfigError(f"--replot: study {name!r} has no figures to redraw")
+    study.select(parse_only(only))
+    summary = json.loads((src / "summary.json").read_text(encoding="utf-8"))
 
-        def draw(src, out):
-            return replot_study(study, src, out, summary, only)
+    def draw(src: Path, out: Path) -> list[str]:
+        return replot_study(study, src, out, summary, only)
+
     if out is None or Path(out).resolve() == src.resolve():
         check_dir(src, "--replot")  # in place: DIR must be writable (one line, exit 2)
         return draw(src, src)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from moejax.output import plotting
-from moejax.reproduce.figure_io import FigureDir
+from moejax.reproduce.study import Grid, Rows
 
 NAMES = {  # catalog policy -> legend (policies/<name>.toml first line)
     "deepep": "DeepEP: per-rank all-to-all, serial",
@@ -101,58 +101,76 @@ def fig2(path: Path, c: dict) -> None:
     plotting.save(fig, path)
 
 
-def plot_from_dir(src: Path, out: Path) -> list[str]:
-    """Every figure of the dysharp run in `src` into `out`, from its CSVs."""
-    d = FigureDir(src, out)
-    if d.has("fig2_redundancy"):
-        fig2(d.png("fig2_redundancy"), d.cols("fig2_redundancy"))
-    if d.has("fig19_payload"):
-        c = d.cols("fig19_payload")
-        lines(d.png("fig19_payload"), c["top_k"],
-              {"ideal (payload only, one unicast per rank)": c["ideal"],
-               "DySHARP multimem packet": c["dysharp"],
-               "explicit: one 8 B address per target": c["explicit"]},
-              "targets per packet (top-k)", "payload efficiency (payload / wire bytes)",
-              "004 Fig. 19a: payload efficiency")
-    if d.has("fig15_layer"):
-        c = d.cols("fig15_layer")
-        bars(d.png("fig15_layer"), list(c["config"]),
-             {n: c[f"{n}_training_ms"] / c["dysharp_training_ms"] for n in ORDER},
-             "layer time / DySHARP's (training)",
-             "004 Fig. 15: MoE layer, training (fwd + bwd), gh200-nvl32")
-    if d.has("fig18_traffic"):
-        c = d.cols("fig18_traffic")
-        bars(d.png("fig18_traffic"), list(c["config"]),
-             {n: c[f"{n}_MB"] * 1e6 for n in ("deepep", "nvls", "comet", "dysharp")},
-             "NVLink traffic per layer, forward", "004 Fig. 18: traffic", unit="B")
-    if d.has("fig16_ablation"):
-        c = d.cols("fig16_ablation")
-        lat = dict(zip(c["system"], c["latency_ms"], strict=True))
-        fig, ax = plotting.figure(width=6.0, height=3.6)
-        ax[0, 0].barh(np.arange(len(lat)), [lat["deepep"] / v for v in lat.values()],
-                      color=[f"C{i}" for i in range(len(lat))])
-        ax[0, 0].set_yticks(np.arange(len(lat)), [_name(n) for n in lat], fontsize=7)
-        ax[0, 0].axvline(1.0, color="k", lw=0.6)
-        ax[0, 0].set_xlabel("speedup over DeepEP (layer, training)")
-        ax[0, 0].set_title("004 Fig. 16: ablation at L-8", fontsize=9)
-        plotting.save(fig, d.png("fig16_ablation"))
-    for fig_name, key, xlabel, title in (
-            ("fig22_seq_len", "seq", "tokens per GPU", "004 Fig. 22: sequence length, L-8"),
-            ("fig23_std", "std", "routing std (normal)", "004 Fig. 23: routing skew, L-8"),
-            ("fig24_powerlaw", "alpha", "power-law alpha", "004 Fig. 24: power-law routing, L-8"),
-            ("fig30_tile", "tile_tokens", "tile size (tokens)", "004 Fig. 30: tile size, S-8")):
-        if d.has(fig_name):
-            c = d.cols(fig_name)
-            lines(d.png(fig_name), c[key],
-                  {_name(k[:-3]): c[k] * 1e-3 for k in c if k.endswith("_ms")}, xlabel,
-                  "MoE layer time, training", title, time=True)
-    if d.has("fig21_gpus"):
-        c = d.cols("fig21_gpus")
-        series = {}
-        for k in c:
-            if k.endswith("_ms"):
-                model, name = k[:-3].split("_", 1)
-                series[f"{model.upper()}, {_name(name)}"] = c[k] * 1e-3
-        lines(d.png("fig21_gpus"), c["gpus"], series, "GPUs (tokens per GPU fixed)",
-              "MoE layer time, training", "004 Fig. 21: GPU count", time=True)
-    return d.names
+# --- each figure from the rows read back from its CSV ---------------------------------------
+
+
+def _arrays(rows: Rows) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in rows.cols.items()}
+
+
+def fig2_figure(path: Path, rows: Rows, grid: Grid) -> None:
+    fig2(path, _arrays(rows))
+
+
+def fig19(path: Path, rows: Rows, grid: Grid) -> None:
+    c = _arrays(rows)
+    lines(path, c["top_k"],
+          {"ideal (payload only, one unicast per rank)": c["ideal"],
+           "DySHARP multimem packet": c["dysharp"],
+           "explicit: one 8 B address per target": c["explicit"]},
+          "targets per packet (top-k)", "payload efficiency (payload / wire bytes)",
+          "004 Fig. 19a: payload efficiency")
+
+
+def fig15(path: Path, rows: Rows, grid: Grid) -> None:
+    c = _arrays(rows)
+    bars(path, list(c["config"]),
+         {n: c[f"{n}_training_ms"] / c["dysharp_training_ms"] for n in ORDER},
+         "layer time / DySHARP's (training)",
+         "004 Fig. 15: MoE layer, training (fwd + bwd), gh200-nvl32")
+
+
+def fig18(path: Path, rows: Rows, grid: Grid) -> None:
+    c = _arrays(rows)
+    bars(path, list(c["config"]),
+         {n: c[f"{n}_MB"] * 1e6 for n in ("deepep", "nvls", "comet", "dysharp")},
+         "NVLink traffic per layer, forward", "004 Fig. 18: traffic", unit="B")
+
+
+def fig16(path: Path, rows: Rows, grid: Grid) -> None:
+    c = _arrays(rows)
+    lat = dict(zip(c["system"], c["latency_ms"], strict=True))
+    fig, ax = plotting.figure(width=6.0, height=3.6)
+    ax[0, 0].barh(np.arange(len(lat)), [lat["deepep"] / v for v in lat.values()],
+                  color=[f"C{i}" for i in range(len(lat))])
+    ax[0, 0].set_yticks(np.arange(len(lat)), [_name(n) for n in lat], fontsize=7)
+    ax[0, 0].axvline(1.0, color="k", lw=0.6)
+    ax[0, 0].set_xlabel("speedup over DeepEP (layer, training)")
+    ax[0, 0].set_title("004 Fig. 16: ablation at L-8", fontsize=9)
+    plotting.save(fig, path)
+
+
+def sweep_lines(key: str, xlabel: str, title: str):
+    """A plot of layer time (training) against the sweep column `key`, one line per system."""
+    def draw(path: Path, rows: Rows, grid: Grid) -> None:
+        c = _arrays(rows)
+        lines(path, c[key], {_name(k[:-3]): c[k] * 1e-3 for k in c if k.endswith("_ms")},
+              xlabel, "MoE layer time, training", title, time=True)
+    return draw
+
+
+fig22 = sweep_lines("seq", "tokens per GPU", "004 Fig. 22: sequence length, L-8")
+fig23 = sweep_lines("std", "routing std (normal)", "004 Fig. 23: routing skew, L-8")
+fig24 = sweep_lines("alpha", "power-law alpha", "004 Fig. 24: power-law routing, L-8")
+fig30 = sweep_lines("tile_tokens", "tile size (tokens)", "004 Fig. 30: tile size, S-8")
+
+
+def fig21(path: Path, rows: Rows, grid: Grid) -> None:
+    c = _arrays(rows)
+    series = {}
+    for k in c:
+        if k.endswith("_ms"):
+            model, name = k[:-3].split("_", 1)
+            series[f"{model.upper()}, {_name(name)}"] = c[k] * 1e-3
+    lines(path, c["gpus"], series, "GPUs (tokens per GPU fixed)", "MoE layer time, training",
+          "004 Fig. 21: GPU count", time=True)

@@ -1,0 +1,282 @@
+"""Every study's claim checks on small hand-made rows: per study, claims that hold and claims
+that fail, from the rows alone (nothing simulated)."""
+
+from __future__ import annotations
+
+import pytest
+
+from moejax.reproduce import Rows
+from moejax.reproduce import balancing_claims as bal
+from moejax.reproduce import fsedp_claims as fs
+from moejax.reproduce import moentwine_claims as mt
+
+# --- fsedp -----------------------------------------------------------------------------------
+
+
+def _fig15(a3_tput: float, a5: dict[int, float], a4_util: float = 0.5) -> dict:
+    """Fig. 15 results {config: (utilization, tokens/s)} with A5 throughputs per slack %
+    (the same gains at 64, 256 and 1024 tokens)."""
+    res = {"A3": (0.5, a3_tput), "A4": (a4_util, a3_tput)}
+    for t in ("", *(f" {t}tok" for t in fs.BUFFER_TOKENS)):
+        res[f"A3{t}"] = (0.5, a3_tput)
+        for s, v in a5.items():
+            res[f"A5@{s}%{t}"] = (0.5, v)
+    return res
+
+
+def test_fsedp_token_buffering_and_rule5():
+    got = {c.id: c for c in fs.fig15_claims(_fig15(100.0, {10: 105.0, 20: 108.0, 30: 102.0}))}
+    assert got["fsedp.token_buffering"].holds and got["fsedp.rule5_marginal"].holds
+    got = {c.id: c for c in fs.fig15_claims(_fig15(100.0, {10: 101.0, 20: 102.0, 30: 109.0},
+                                                   a4_util=0.6))}
+    tb = got["fsedp.token_buffering"]
+    assert not tb.holds and "grows with slack" in tb.note  # 30% helps most
+    assert not got["fsedp.rule5_marginal"].holds  # A4 20% above A3
+
+
+def _fig18(drop_fsedp: float, drop_ep: float) -> dict:
+    rows = {"platform": [], "system": [], "utilization": []}
+    for s, drop in (("EP", drop_ep), ("Hydra", drop_ep), ("FSE-DP+paired", drop_fsedp)):
+        for p, u in (("chiplet-2x2", 0.5), ("chiplet-4x4", 0.5 * (1 - drop))):
+            rows["platform"].append(p)
+            rows["system"].append(s)
+            rows["utilization"].append(u)
+    return rows
+
+
+def test_fsedp_scaling():
+    assert fs.fig18_claim(_fig18(0.1, 0.4)).holds
+    c = fs.fig18_claim(_fig18(0.5, 0.4))
+    assert not c.holds and c.simulated["relative_drop"]["EP"] == pytest.approx(0.4)
+
+
+def test_fsedp_speedup_fails_when_fsedp_is_slower():
+    rows = {"model": [], "tokens": [], "system": [], "latency_s": [], "onchip_bytes": [],
+            "needed_bytes": []}
+    for m in fs.MODELS:
+        for t in fs.TOKENS:
+            for s, lat in (("EP", 1.0), ("Hydra", 1.0), ("FSE-DP", 1.2), ("FSE-DP+paired", 1.1)):
+                for k, v in (("model", m), ("tokens", t), ("system", s), ("latency_s", lat),
+                             ("onchip_bytes", 40e6), ("needed_bytes", 40e6)):
+                    rows[k].append(v)
+    got = {c.id: c for c in fs.fig9_claims(rows)}
+    assert not got["fsedp.speedup_vs_ep"].holds
+    assert not got["fsedp.onchip_memory_vs_ep"].holds  # 40 MB > 32 MB, ratio 1
+
+
+# --- moentwine -------------------------------------------------------------------------------
+
+
+def _fig13d(her: float) -> Rows:
+    """4 x 8x8 rows: baseline 1.0, ER 0.7, HER `her` (comm seconds) at TP 4 and 16."""
+    rows = {"tp": [], "mapping": [], "comm_s": []}
+    for tp in (4, 16):
+        for m, c in (("baseline", 1.0), ("er", 0.7), ("her", her)):
+            rows["tp"].append(tp)
+            rows["mapping"].append(m)
+            rows["comm_s"].append(c)
+    return Rows(rows)
+
+
+def test_moentwine_her_multiwafer():
+    c = mt.her_claim(_fig13d(0.4))
+    assert c.holds and c.simulated["max_reduction"] == pytest.approx(0.6)
+    assert not mt.her_claim(_fig13d(1.1)).holds  # HER costs more than the baseline
+
+
+def _fig13b(dgx: float, wsc: float, er: float) -> dict:
+    rows = {"model": [], "system": [], "comm_s": [], "all_to_all_s": []}
+    for m in ("a", "b"):
+        for s, c in (("dgx-b200-4node/baseline", dgx), ("wsc-6x6/baseline", wsc),
+                     ("wsc-6x6/er", er)):
+            rows["model"].append(m)
+            rows["system"].append(s)
+            rows["comm_s"].append(c)
+            rows["all_to_all_s"].append(c / 2)
+    return rows
+
+
+def test_moentwine_communication_claims_and_their_readings():
+    primary = _fig13b(1.0, 0.44, 0.29)  # -56% WSC vs DGX, -34% ER
+    other = _fig13b(1.0, 0.9, 0.9)  # a reading under which neither holds
+    got = mt.comm_claims(Rows(primary, extra={"by_reading": {"cut_through": other}}))
+    assert [c.id for c in got] == ["moentwine.wsc_vs_dgx_comm", "moentwine.er_alltoall"]
+    assert all(c.holds for c in got)
+    assert "fails under: cut_through" in got[0].note
+    got = mt.comm_claims(Rows(other, extra={"by_reading": {}}))
+    assert not any(c.holds for c in got)
+
+
+def _fig16(ni_ratio: float, ni_migrations: float) -> Rows:
+    rows = {k: [] for k in ("scenario", "strategy", "moe_compute_s", "all_to_all_s",
+                            "migration_s", "migration_ratio")}
+    migrations = {}
+    for sc in ("math-prefill", "mixed-prefill"):
+        for st, comp, a2a, mig, ratio in (("none", 1.0, 1.0, 0.0, 0.0),
+                                          ("greedy", 0.6, 0.8, 0.26, 0.1),
+                                          ("topology", 0.6, 0.8, 0.1, 0.05),
+                                          ("topology-ni", 0.5, 0.78, 0.0, ni_ratio)):
+            for k, v in (("scenario", sc), ("strategy", st), ("moe_compute_s", comp),
+                         ("all_to_all_s", a2a), ("migration_s", mig), ("migration_ratio", ratio)):
+                rows[k].append(v)
+            migrations[(sc, st)] = ni_migrations if st == "topology-ni" else 3.0
+    return Rows(rows, extra={"migrations": migrations})
+
+
+def test_moentwine_balancing_claims():
+    got = {c.id: c for c in mt.balancing_claims(_fig16(0.0, 4.0))}
+    assert got["moentwine.topology_aware_migration"].holds  # 2.6x
+    assert got["moentwine.non_invasive"].holds
+    assert got["moentwine.balance_gains"].holds  # -50% compute, -22% all-to-all
+    got = {c.id: c for c in mt.balancing_claims(_fig16(0.2, 0.0))}
+    assert not got["moentwine.non_invasive"].holds  # overhead on the critical path
+
+
+def test_moentwine_vs_nvl72():
+    names = ("nvl72+balance", "wsc+her+topology-ni", "wsc+her+topology-ni+profiled")
+
+    def rows(wsc):
+        tp = dict(zip(names, (1.0, wsc, wsc), strict=True))
+        return Rows({"system": list(names), "moe_throughput": list(tp.values())},
+                    extra={"steady_throughput": tp})
+
+    assert mt.nvl72_claim(rows(1.4)).holds
+    assert not mt.nvl72_claim(rows(0.9)).holds
+
+
+def test_moentwine_er_hops_from_the_mappings():
+    assert mt.er_hops_claim().holds
+
+
+# --- balancing -------------------------------------------------------------------------------
+
+
+def _rebalance(best_interval: int, gain: float) -> list[dict]:
+    """Drift on h800x8: planned once 10 ms; periodic R in 1, 4, 16, the best `best_interval`
+    at 10 * (1 - gain) ms; the never-planned row (window = iterations) 12 ms."""
+    rows = [{"workload": "drift", "platform": "h800x8", "migration": "overlapped",
+             "interval": 0, "window": 4, "forward_ms": 10.0}]
+    for r in (1, 4, 16):
+        rows.append({"workload": "drift", "platform": "h800x8", "migration": "overlapped",
+                     "interval": r, "window": 4,
+                     "forward_ms": 10.0 * (1 - gain) if r == best_interval else 11.0})
+    rows.append({"workload": "drift", "platform": "h800x8", "migration": "overlapped",
+                 "interval": 0, "window": 48, "forward_ms": 12.0})
+    return rows
+
+
+def test_balancing_rebalance_interval():
+    from moejax.reproduce import balancing
+
+    grid = balancing.QUICK  # one pair, drift on h800x8, 48 iterations
+    c = bal.rebalance_claim(_rebalance(4, 0.2), grid)
+    assert c.holds and c.simulated["drift@h800x8"]["best_interval"] == 4
+    assert not bal.rebalance_claim(_rebalance(1, 0.2), grid).holds  # best: every iteration
+    assert not bal.rebalance_claim(_rebalance(4, -0.05), grid).holds  # worse than once
+
+
+# --- amoe (steady state) ---------------------------------------------------------------------
+
+
+def test_amoe_stall_share():
+    from moejax.reproduce import amoe_claims as am
+
+    assert am.stall_claim(Rows({"concurrency": [256, 2048], "stall_fraction": [0.3, 0.6]})).holds
+    assert not am.stall_claim(Rows({"concurrency": [256], "stall_fraction": [0.2]})).holds
+
+
+def _schedulers(defrag_itl: float, flfs_share: float) -> Rows:
+    rows = []
+    for k in (1, 2):
+        for p, itl, share in (("aep-defrag", defrag_itl, 0.9), ("aep-mtfs", 0.05, 0.8),
+                              ("aep-flfs", 0.06, flfs_share)):
+            rows.append({"policy": p, "top_k": k, "throughput_tok_s": 1000.0,
+                         "itl_mean_s": itl, "finished_at_last_arrival": share})
+    return Rows(rows, summary={"rate80_top1": 10.0, "rate80_top2": 8.0})
+
+
+def test_amoe_schedulers():
+    from moejax.reproduce import amoe_claims as am
+
+    got = {c.id: c for c in am.scheduler_claims(_schedulers(0.04, 0.5))}
+    assert got["amoe.defrag_beats_mtfs_flfs"].holds and got["amoe.flfs_starvation"].holds
+    got = {c.id: c for c in am.scheduler_claims(_schedulers(0.07, 0.95))}
+    assert not got["amoe.defrag_beats_mtfs_flfs"].holds  # defrag has the highest ITL
+    assert not got["amoe.flfs_starvation"].holds  # FLFS keeps up
+
+
+def test_amoe_scaling():
+    from moejax.reproduce import amoe_claims as am
+
+    def rows(aep16: float, sync16: float) -> tuple[Rows, Rows]:
+        r10 = [{"system": s, "platform": p, "throughput_tok_s": t}
+               for s, t16 in (("aep", aep16), ("sync", sync16))
+               for p, t in ((am.TWO_NODES, t16), (am.ONE_NODE_40G, 100.0))]
+        r9 = [{"system": s, "top_k": 1, "workload": "medium", "start": "spread",
+               "throughput_tok_s": 120.0} for s in ("aep", "sync")]
+        return Rows(r10), Rows(r9)
+
+    assert am.scaling_claim(*rows(190.0, 105.0)).holds  # AEP 1.9x, sync flat
+    assert not am.scaling_claim(*rows(190.0, 190.0)).holds  # sync scales too
+
+
+# --- epsmoe ----------------------------------------------------------------------------------
+
+
+def test_epsmoe_pipeline_threshold():
+    import numpy as np
+
+    from moejax.reproduce import epsmoe_claims as ep
+
+    delta = np.asarray([5.0 if m < 1700 else -3.0 for m in ep.T7_M])
+    assert ep.threshold_claim(Rows({}, extra={"m0": 1700, "delta": delta})).holds
+    c = ep.threshold_claim(Rows({}, extra={"m0": None, "delta": np.abs(delta)}))
+    assert not c.holds and c.simulated["m0"] is None  # pipelining never pays
+
+
+def test_epsmoe_arctic_and_sm_split():
+    import numpy as np
+
+    from moejax.reproduce import epsmoe_claims as ep
+
+    cells = [(16, 2048), (16, 4096), (32, 2048), (32, 4096)]
+    red = np.asarray([[1.0, 1.5, 3.0, 4.0], [2.0, 2.5, 5.0, 6.0]])
+    assert ep.arctic_claim(Rows({}, extra={"cells": cells, "reduction": red})).holds
+    assert not ep.arctic_claim(Rows({}, extra={"cells": cells, "reduction": red[:, ::-1]})).holds
+    t = np.ones((2, len(ep.T6_SM)))
+    t[:, 2] = 0.9  # 116 SMs 10% faster than 132
+    assert ep.sm_split_claim(Rows({}, extra={"t": t})).holds
+    assert not ep.sm_split_claim(Rows({}, extra={"t": np.ones((2, len(ep.T6_SM)))})).holds
+
+
+# --- dysharp ---------------------------------------------------------------------------------
+
+
+def test_dysharp_tile_size_and_bandwidth():
+    from moejax.reproduce import dysharp_claims as dy
+
+    tiles = [32, 128, 512]
+    assert dy.tile_claim(Rows({"tile_tokens": tiles, "dysharp_ms": [3.0, 1.0, 2.0]})).holds
+    assert not dy.tile_claim(Rows({"tile_tokens": tiles, "dysharp_ms": [1.0, 2.0, 3.0]})).holds
+    names = ["deepep", "comet", "dysharp-basic", "dysharp-comet", "dysharp"]
+    assert dy.bw_util_claim(Rows({"system": names, "bw_util": [0.3, 0.4, 0.5, 0.6, 0.7]})).holds
+    assert not dy.bw_util_claim(Rows({"system": names,
+                                      "bw_util": [0.3, 0.4, 0.7, 0.6, 0.5]})).holds
+
+
+def test_dysharp_dgx_and_payload():
+    from moejax.reproduce import dysharp_claims as dy
+
+    def dgx(comet: float) -> Rows:
+        return Rows({"baseline": ["deepep", "comet", "nvls", "deepep_over_variant_b"],
+                     "over_dysharp": [2.0, comet, 3.0, 1.5]})
+
+    assert dy.dgx_claim(dgx(1.4)).holds
+    assert not dy.dgx_claim(dgx(0.9)).holds  # COMET faster than DySHARP
+    ks = [1, 2, 4, 8]
+    ok = Rows({"top_k": ks, "ideal": [0.8] * 4, "dysharp": [0.8, 0.8, 0.79, 0.78],
+               "explicit": [0.8, 0.8, 0.72, 0.69]})
+    assert dy.payload_claim(ok).holds
+    bad = Rows({"top_k": ks, "ideal": [0.8] * 4, "dysharp": [0.8, 0.8, 0.7, 0.6],
+                "explicit": [0.8, 0.8, 0.72, 0.69]})
+    assert not dy.payload_claim(bad).holds
