@@ -1,4 +1,4 @@
-"""`moejax reproduce balancing`: expert load balancing against current practice (issue 19).
+"""`moejax reproduce balancing`: expert load balancing against current practice.
 
 What serving teams run to balance expert parallelism is DeepSeek's EPLB (replicate the
 heaviest experts into redundant slots, pack the replicas onto GPUs; `moejax.placement.eplb`)

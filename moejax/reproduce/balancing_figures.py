@@ -26,14 +26,15 @@ def _placements(rows: Rows) -> list[dict]:
 
 def placements_latency(path: Path, rows: Rows, grid: Grid) -> None:
     plot_placements(path, _placements(rows), grid, "latency_ms_mean",
-                    f"Issue 19: held-out MoE layer latency of synchronous EP per placement, "
-                    f"{TOKENS_PER_DEVICE} tokens per device (1.0 = EPLB, 1 redundant slot)",
+                    "Expert balancing: held-out MoE layer latency of synchronous EP per "
+                    f"placement, {TOKENS_PER_DEVICE} tokens per device (1.0 = EPLB, 1 "
+                    "redundant slot)",
                     "layer latency / EPLB's")
 
 
 def placements_load(path: Path, rows: Rows, grid: Grid) -> None:
     plot_placements(path, _placements(rows), grid, "load_ratio_p99",
-                    "Issue 19: held-out max / mean device load, p99 over batches "
+                    "Expert balancing: held-out max / mean device load, p99 over batches "
                     "(1.0 = EPLB, 1 redundant slot)", "p99 max/mean load / EPLB's")
 
 
@@ -96,7 +97,7 @@ def plot_redundancy(path, rows, grid: Grid):
     axes[0][0].set_ylabel("layer latency / EPLB without redundancy")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=6, fontsize=6.5)
-    fig.suptitle(f"Issue 19: EPLB's held-out layer latency vs redundant slots per device\n"
+    fig.suptitle(f"Expert balancing: EPLB's held-out layer latency vs redundant slots per device\n"
                  f"(prefill {TOKENS_PER_DEVICE} / decode {DECODE_TOKENS_PER_DEVICE} tokens per "
                  f"device; points that do not fit in device memory are left out)", fontsize=9)
     plotting.save(fig, path)
@@ -140,7 +141,7 @@ def plot_rebalance(path, rows, grid: Grid, smoothed: dict):
         ax.set_title(f"{data.WORKLOADS[wname].label}, {pname}", fontsize=8)
         if (wname, pname) == grid.rebalance[0]:
             ax.legend(fontsize=6)
-    fig.suptitle("Issue 19: EPLB re-planned every R iterations from the last W iterations' "
+    fig.suptitle("Expert balancing: EPLB re-planned every R iterations from the last W iterations' "
                  "loads, 1 redundant slot, migration overlapped\n(dotted: planned once, at "
                  "iteration W, in the window's colour)", fontsize=9)
     plotting.save(fig, path)

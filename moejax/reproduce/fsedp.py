@@ -57,14 +57,14 @@ TRACE_GEN = "powerlaw:alpha=1.2"
 GBps = 1e9
 
 
-# Readings (docs/reproduction/fsedp.md "Readings"; issue 14). Primary: Table I's "4.865 TOPS"
+# Readings (docs/reproduction/fsedp.md "Readings"). Primary: Table I's "4.865 TOPS"
 # read as INT8 (TOPS names integer operations; 000 states no weight dtype), so weights are
 # 1 byte; any-die DDR loading (000 Rule 4 / Algorithm 1 line 12 "Pre-load e to any idle
 # buffer", §IV-C, Fig. 6); D2D flows charged on every mesh link of their XY route (000 §V-C
 # routers, Table I per-hop latency). "shipped" = bf16 weights, trajectory-only loading,
-# bytes x hops on the sender (moejax before issue 14), kept as a sensitivity.
-# Since issue 14's second pass the library defaults are these readings (any-die, per-link,
-# shared experts streamed); "shipped" pins the pre-issue-14 ones (shared experts omitted).
+# bytes x hops on the sender (the earlier moejax reading), kept as a sensitivity.
+# The library defaults are these readings (any-die, per-link, shared experts streamed);
+# "shipped" pins the earlier ones (shared experts omitted).
 READINGS = {
     "primary": dict(weight_bytes=1.0, dtype="int8", ddr_loading="any", d2d="link",
                     shared="stream"),
@@ -250,7 +250,7 @@ def fig15(grid: Grid, model_name: str = figs.FIG15_MODEL,
     for name in ("EP", "Hydra"):
         system, params = baseline_system("chiplet-2x2", model_name, name == "Hydra", it)
         res[name] = _np(engine.simulate(system, params, tr, progress=False))
-    # token buffering at 256 / 1024 tokens (issue 14; §VI-C: at few tokens "no net gain"),
+    # token buffering at 256 / 1024 tokens (§VI-C: at few tokens "no net gain"),
     # freed slots refilled (`FSEDPConfig.refill`): A3 and A5 at each slack, one compile each
     big = traces_for(model_name, BUFFER_TOKENS, grid.e2e_traces, grid.layers, iterations=it,
                      seed=5)

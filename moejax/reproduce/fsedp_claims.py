@@ -29,7 +29,7 @@ SYSTEMS = ("EP", "Hydra", "FSE-DP", "FSE-DP+paired")
 MB = 1e6
 NEEDED_WITHIN = 0.02  # memory "needed": smallest buffer within 2% of the largest's latency
 NEEDED_BUFFERS = (2e6, 4e6)  # bytes per die tried below the catalog buffer (decimal MB)
-BUFFER_TOKENS = (256, 1024)  # token-buffering claim's token counts (issue 14)
+BUFFER_TOKENS = (256, 1024)  # token-buffering claim's token counts (§VI-C)
 
 CLAIM_BUFFER_MB = 14.0  # per die; the review's small-buffer setting (Fig. 16(b) / 17)
 # Overhead readings of the Fig. 17 claim: seconds per micro-slice on compute AND on each DDR
@@ -153,7 +153,7 @@ def fig15_claims(res) -> list[Claim]:
         best_low = max(g[10], g[20])
         return bool(best_low > 0 and g[30] < best_low)
 
-    # read at 256 and 1024 tokens (issue 14; §VI-C expects no gain at few tokens)
+    # read at 256 and 1024 tokens (§VI-C expects no gain at few tokens)
     judged = [t for t in BUFFER_TOKENS if t in by_tokens] or [64]
     ok = all(rule(by_tokens[t]) for t in judged)
     claims.append(Claim(
@@ -188,8 +188,8 @@ def fig17_claim(rows) -> Claim:
                                  "holds": ok}
     q = [i for i, v in enumerate(rows["model"]) if v == "qwen3-30b-a3b"
          and over[i] == "ctrl 0.5us"]
-    # issue 14 / review: at the largest buffer the coarse (left) branch disappears; the claim
-    # is read at the 14 MB buffer (in both grids) and reported at every buffer
+    # at the largest buffer the coarse (left) branch disappears; the claim is read at the
+    # 14 MB buffer (in both grids) and reported at every buffer
     bufs = {rows["buffer_mb"][i] for i in q}
     big = CLAIM_BUFFER_MB if CLAIM_BUFFER_MB in bufs else max(bufs)
     j = sorted((i for i in q if rows["buffer_mb"][i] == big),

@@ -49,7 +49,7 @@ READINGS = {
     "cut_through": ("link_load", True, PER_DIE_LINK_BPS, None),
     "eq1_4TBps_link": ("eq1", True, None, None),  # catalog: 8 TB/s bidirectional per link
     "eq1_hop20ns": ("eq1", True, PER_DIE_LINK_BPS, 20e-9),  # hop latency: no value in 001
-    "shipped": ("link_load", False, None, None),  # moejax before issue 14 (doc's "before")
+    "shipped": ("link_load", False, None, None),  # the earlier moejax reading (the doc's "before")
 }
 
 MODELS = ("deepseek-v3", "qwen3-235b-a22b", "deepseek-v2", "dbrx", "mixtral-8x22b")
@@ -340,7 +340,7 @@ def peak_over_mean(scale: float, num_experts: int, ep: int, layers: int = 256) -
 # 001 §V-B: "cyclically evolving scenario mixtures ... request pools gradually transition
 # between domains, inducing slow-varying load ratios". The paper gives no period; 100
 # iterations = 10x the invasive re-plan interval (§VI-C1: greedy "triggered on average every 10
-# iterations"), an assumption (before issue 14: 16, kept in the doc as a sensitivity).
+# iterations"), an assumption (the earlier reading, 16, is kept in the doc as a sensitivity).
 MIX_PERIOD = 100
 
 

@@ -175,7 +175,7 @@ def closed_loop(grid: Grid) -> list[dict]:
     curves = _curves(grid)
     jobs = [(closed_point, (s, ONE_NODE, k, wl, n, grid), {})
             for k, wl in curves for s in ("aep", "sync") for n in grid.concurrency]
-    # the idealised baseline beside the SGLang-calibrated one (issue 15 part 3)
+    # the idealised (roofline) baseline beside the SGLang-calibrated one, an upper bound
     jobs += [(closed_point, ("sync", ONE_NODE, k, wl, n, grid), {"policy": "ep-sync-roofline"})
              for k, wl in curves if wl in grid.roofline_workloads for n in grid.concurrency]
     jobs.append((closed_point, ("aep", ONE_NODE, 1, "medium", 8192, grid), {"spread": False}))
