@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from moejax import tunable as fam
 from moejax.catalog.hardware import load_platform
 from moejax.catalog.models import load_model
 from moejax.output import plotting
@@ -64,7 +65,6 @@ from moejax.systems import ep, rebalancing, rebalancing_tuning
 from moejax.trace import from_counts
 from moejax.trace import io as trace_io
 from moejax.trace.core import Trace
-from moejax.tune import params as fam
 
 PLATFORMS = ("h800x8", "gh200-nvl32", "dgx-b200-4node")
 REDUNDANT = (0, 1, 2, 4)

@@ -36,7 +36,7 @@ from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
 from moejax.placement import eplb, migration, slots
-from moejax.system import System
+from moejax.system import System, SystemEntry
 from moejax.systems import ep
 from moejax.trace import Trace
 
@@ -271,3 +271,9 @@ def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
                           f"trace ({num_iterations} iterations); allowed: 1 .. {num_iterations}")
     cfg = make_config(platform, model, max_window=window, **opts)
     return build(cfg, num_iterations), default_params(cfg, interval, window)
+
+
+ENTRY = SystemEntry(
+    "rebalancing", "synchronous EP that re-plans its placement with EPLB every R iterations",
+    from_policy, check_options, ("gpu", "chiplet", "wafer"), study="balancing",
+    default_policy="eplb")

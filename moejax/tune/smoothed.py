@@ -23,7 +23,7 @@ f(delta - sigma eps) carries no stream-to-stream noise. Each f is one hard-mode 
 The raw parameter is unconstrained (`params.SmoothedKnob`: delta = lo + (hi - lo)
 sigmoid(raw)); the chain rule through the sigmoid gives the raw gradient, which goes to
 the same optax chain (global-norm clipping, adam with warm-up + cosine schedule), orbax
-checkpoints and resume as `loop.tune`.
+checkpoints and resume as `loop.tune_gradient`.
 """
 
 from __future__ import annotations
@@ -36,11 +36,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from moejax import tunable as fam
 from moejax.errors import ConfigError, MoejaxError
-from moejax.systems.amoe import runner
+from moejax.systems.amoe import runner, serve
 from moejax.tune import checkpoint as ck
-from moejax.tune import params as fam
 from moejax.tune import targets
+from moejax.tune.loop import TuneResult, _bar, make_optimizer, open_run, tau_at
 
 AEP_METRICS = ("throughput_tok_s", "itl_mean_s", "ttft_mean_s")
 AEP_DECAY_RANGE = (0.0, 1.0)  # the aep policy's allowed delta (002 Algorithm 1 weights)
@@ -136,15 +137,12 @@ class AEPProblem:
 
 def aep_problem(cfg) -> AEPProblem:
     """Resolve the AEP policy and draw the streams of a TuneConfig (system = 'aep')."""
-    from moejax.systems.amoe import serve
-    from moejax.tune.loop import make_optimizer
-
     if tuple(cfg.params) != ("decay",):
         raise ConfigError(f"param = {','.join(cfg.params)}; allowed for aep: decay")
     if cfg.loss not in ("throughput", "mean"):
         raise ConfigError(f"loss = {cfg.loss!r}; allowed for aep: throughput (tokens/s), "
                           "mean (mean inter-token latency)")
-    policy = cfg.policy or targets.DEFAULT_POLICY["aep"]
+    policy = cfg.policy or targets.default_policy("aep")
     system, base, pol = serve.build(cfg.hardware, cfg.model, policy, cfg.requests)
     if pol.system != "aep" or dict(pol.options).get("scheduler", "defrag") != "defrag":
         raise ConfigError(f"policy {pol.name!r}: decay tuning needs an 'aep' policy with "
@@ -165,9 +163,7 @@ def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool 
                   callback=None, evaluate_heldout: bool = True):
     """`loop.tune` for relaxation = 'smoothed' (AEP decay): each update draws `samples`
     antithetic pairs at sigma = tau_at(step), estimates dF/ddelta, maps it to raw, and
-    applies the optax chain; checkpoints and resume as in `loop.tune`."""
-    from moejax.tune.loop import TuneResult, _bar, open_run, tau_at
-
+    applies the optax chain; checkpoints and resume as in `loop.tune_gradient`."""
     prob = aep_problem(cfg)
     f = prob.family
     default = float(prob.base.decay)
@@ -231,7 +227,7 @@ def write_policy(path: str | Path, cfg, hard: dict, step: int) -> Path:
     from moejax.tune import export
 
     path = export.check_toml_path(path)
-    base = load_policy(cfg.policy or targets.DEFAULT_POLICY["aep"])
+    base = load_policy(cfg.policy or targets.default_policy("aep"))
     head = (f"# Tuned by `moejax tune` (relaxation 'smoothed': Gaussian smoothing, antithetic "
             f"score-function gradient): decay of policy {base.name!r},\n# {cfg.steps} steps "
             f"on {cfg.traces} streams x {cfg.requests} requests, Poisson {cfg.rate_per_s}/s, "

@@ -9,6 +9,20 @@ accelerator path `runner` uses for AEP), `sync` (synchronous EP serving, §5 bas
 studies).
 """
 
+from moejax.system import SystemEntry, Tuning
 from moejax.systems.amoe import aep, config, policy, routing, runner, schedulers, sync
 
-__all__ = ["aep", "config", "policy", "routing", "runner", "schedulers", "sync"]
+__all__ = ["ENTRY", "SYNC_ENTRY", "aep", "config", "policy", "routing", "runner",
+           "schedulers", "sync"]
+
+_GPUS = ("gpu", "chiplet", "wafer")
+# the 4th from_policy argument is the requests per stream
+ENTRY = SystemEntry(
+    "aep", "002 AMoE: asynchronous expert parallelism serving Poisson request streams",
+    policy.aep_from_policy, policy.check_aep_options, _GPUS, input_kind="streams",
+    tuning=Tuning(("decay",), None, help="decay", smoothed=True), study="amoe",
+    default_policy="aep-defrag")
+SYNC_ENTRY = SystemEntry(
+    "ep_serving", "002 §5 baseline: synchronous EP serving Poisson request streams",
+    policy.sync_from_policy, policy.check_sync_options, _GPUS, input_kind="streams",
+    study="amoe", default_policy="ep-sync")

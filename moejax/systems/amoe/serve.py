@@ -16,11 +16,11 @@ from moejax.catalog.hardware import Platform, load_platform, parse_platform
 from moejax.catalog.models import ModelSpec, load_model
 from moejax.catalog.policies import Policy, load_policy
 from moejax.errors import UnknownNameError
-from moejax.systems import SYSTEMS
+from moejax.systems import SYSTEMS, names
 from moejax.systems.amoe import runner
 from moejax.trace import gen
 
-STREAM_SYSTEMS = ("aep", "ep_serving")
+STREAM_SYSTEMS = tuple(names("streams"))  # the registry's systems with input_kind "streams"
 
 # 002 Table 3 (8x A100-SXM4-80GB, NVSwitch 600 GB/s per GPU) and Table 2 (two AWS p4d
 # nodes: 8x A100-40GB each, 4x 100 Gbps EFA per node); A100 datasheet numbers. Latencies as
