@@ -123,7 +123,7 @@ class TuneSetup:
       the system's own latency in hard mode for one-hot placements (see `_ep_expected`).
     constraint: a joint constraint over several families, or None: `penalty(values, tau)`
       added to the loss, `project(hard) -> hard` applied when rounding, `report(hard)` in
-      summaries (`moejax.tune.hardware.BudgetConstraint`, 000 Eq. (1)-(2)).
+      summaries (`moejax.systems.fsedp.budget.BudgetConstraint`, 000 Eq. (1)-(2)).
     platform_values(hard) -> {"ddr_Bps": .., "link_Bps": ..} (None: kept) of a derived
       platform, or None when the policy alone carries the tuned values (hardware knobs a
       policy has no key for; `moejax.tune.export` writes the platform TOML).

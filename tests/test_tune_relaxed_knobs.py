@@ -17,7 +17,7 @@ from moejax.errors import ConfigError
 from moejax.runner import engine
 from moejax.systems.wafer import balancer as bal
 from moejax.systems.wafer import system as wsys
-from moejax.tune.traces import fixed_popularity, sample_from_popularity
+from moejax.trace.popularity import fixed_popularity, sample_from_popularity
 
 # --- wafer: Eq. 2 gate inside the step ------------------------------------------------------
 
@@ -205,25 +205,26 @@ def test_aep_estimator_agrees_with_the_smoothed_hard_objective():
 
 
 def test_aep_smoothed_run_keeps_its_objective_and_its_range(tmp_path):
-    from moejax.tune import loop, params, smoothed
+    from moejax import tunable
+    from moejax.tune import restore, smoothed, tune
 
     cfg = _tiny_aep_cfg()
-    res = loop.tune(cfg, tmp_path / "a", progress=False)
+    res = tune(cfg, tmp_path / "a", progress=False)
     assert 0.0 <= res.hard["decay"] <= 1.0 and len(res.history) == 3
     s = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert s["train_loss_hard"]["tuned"] <= s["train_loss_hard"]["start"]
     assert set(s["evaluation"]) == {"tuned", "default"}
     # restore gives the same hard value; the export is a valid aep policy with that decay
-    _, back = loop.restore(tmp_path / "a")
+    _, back = restore(tmp_path / "a")
     assert back.hard == res.hard and back.step == 3
     pol = smoothed.write_policy(tmp_path / "p.toml", cfg, res.hard, 3)
     assert dict(load_policy(str(pol)).options)["decay"] == pytest.approx(res.hard["decay"])
     # outside [0, 1]: a clear error
-    knob = params.SmoothedKnob("decay", 0.0, 1.0)
+    knob = tunable.SmoothedKnob("decay", 0.0, 1.0)
     with pytest.raises(ConfigError, match=r"decay = 1.5 lies outside .*\[0, 1\]"):
         knob.init(None, 1.5)
     with pytest.raises(ConfigError, match="relaxation = 'smoothed'"):
-        loop.tune(_tiny_aep_cfg(relaxation="system"), tmp_path / "b", progress=False)
+        tune(_tiny_aep_cfg(relaxation="system"), tmp_path / "b", progress=False)
     with pytest.raises(ConfigError, match="only aep"):
         _tiny_aep_cfg(system="ep")
     with pytest.raises(ConfigError, match="allowed for aep: decay"):

@@ -14,8 +14,6 @@ other (numbers in docs/traces.md).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from moejax.errors import ConfigError
@@ -150,30 +148,3 @@ def format_compare(r: dict) -> str:
               f"{v['curve_indep_max_abs_err']:.1%}), threshold {r['curve_tol']:.0%}"]
     lines += [f"warning: {w}" for w in r["warnings"]]
     return "\n".join(lines)
-
-
-def add_compare_parser(tsub) -> None:
-    """`moejax trace compare A B [--json OUT]`."""
-    p = tsub.add_parser(
-        "compare", help="compare a recording or a fit (A) with a recording (B)",
-        description="Per-layer skew and activated-expert curve of A (a trace .npz or a fit "
-        ".json) against recording B, PASS when every layer's skew is within 10% and the "
-        "curve within 5% (docs/traces.md). A fit describes a workload, not a model.")
-    p.add_argument("a", help="trace file (.npz) or fit (.json from `moejax trace fit --out`)")
-    p.add_argument("b", help="reference recording (.npz)")
-    p.add_argument("--json", help="write the comparison as JSON")
-    p.add_argument("--seed", type=int, default=12345, help="generation seed (fits)")
-    p.set_defaults(trace_fn=run_compare)
-
-
-def run_compare(args) -> int:
-    from moejax.output.results import atomic_write_json
-
-    if args.json and Path(args.json).is_dir():
-        raise ConfigError(f"--json: {args.json} is a folder; give a file name")
-    r = compare(args.a, args.b, seed=args.seed)
-    print(format_compare(r))
-    if args.json:
-        atomic_write_json(Path(args.json), r)
-        print(f"wrote {args.json}")
-    return 0

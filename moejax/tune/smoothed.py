@@ -161,7 +161,7 @@ def aep_problem(cfg) -> AEPProblem:
 
 def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool = True,
                   callback=None, evaluate_heldout: bool = True):
-    """`loop.tune` for relaxation = 'smoothed' (AEP decay): each update draws `samples`
+    """`run.tune` for relaxation = 'smoothed' (AEP decay): each update draws `samples`
     antithetic pairs at sigma = tau_at(step), estimates dF/ddelta, maps it to raw, and
     applies the optax chain; checkpoints and resume as in `loop.tune_gradient`."""
     prob = aep_problem(cfg)
