@@ -255,3 +255,10 @@ def test_tune_modules_import_without_cycles():
 
     for n in graph:
         visit(n, ())
+
+
+def test_argparse_only_in_the_cli():
+    users = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+             if "argparse" in {a.name for n in ast.walk(ast.parse(p.read_text()))
+                               if isinstance(n, ast.Import) for a in n.names}]
+    assert users and all(u.startswith("cli/") for u in users), users

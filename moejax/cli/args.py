@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from moejax.runner import distributed
+
 DEFAULT_GEN = "powerlaw:alpha=1.2"
 
 
@@ -31,3 +33,20 @@ def int_list(s: str) -> list[int]:
     if not out or min(out) < 1:
         raise argparse.ArgumentTypeError(f"{s!r}: integers >= 1 expected")
     return out
+
+
+def add_distributed_arguments(parser) -> None:
+    """The multi-process flags, on a subcommand's parser (simulate, reproduce, tune, sweep)."""
+    g = parser.add_argument_group("multi-process (jax.distributed; see docs/scaling.md)")
+    g.add_argument("--coordinator", default=None,
+                   help="HOST:PORT of process 0 (default $JAX_COORDINATOR_ADDRESS)")
+    g.add_argument("--num-processes", type=int, default=None,
+                   help="processes in the run (default $JAX_NUM_PROCESSES)")
+    g.add_argument("--process-id", type=int, default=None,
+                   help="this process's rank, 0..N-1 (default $JAX_PROCESS_ID)")
+    g.add_argument("--distributed", action="store_true",
+                   help="join a run whose layout jax detects (SLURM, Open MPI) when no "
+                        "coordinator is given")
+    g.add_argument("--distributed-timeout", type=int, default=distributed.DEFAULT_TIMEOUT_S,
+                   help=f"seconds to wait for the coordinator and peers "
+                        f"(default {distributed.DEFAULT_TIMEOUT_S})")

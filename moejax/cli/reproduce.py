@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from moejax import reproduce, systems
+from moejax.cli.args import add_distributed_arguments
 from moejax.errors import ConfigError
 from moejax.reproduce.replot import replot
 from moejax.runner import distributed
@@ -24,7 +25,7 @@ def add_parser(sub):
     r.add_argument("--replot", metavar="DIR", help="redraw the PNGs from the CSVs a run wrote "
                    "into DIR (e.g. docs/results/STUDY); simulates nothing")
     r.set_defaults(fn=run)
-    distributed.add_arguments(r)
+    add_distributed_arguments(r)
     return r
 
 

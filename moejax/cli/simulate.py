@@ -16,7 +16,7 @@ from rich.table import Table
 
 from moejax import api, systems
 from moejax.cli import amoe as amoe_cli
-from moejax.cli.args import DEFAULT_GEN, DefaultInt, positive_int
+from moejax.cli.args import DEFAULT_GEN, DefaultInt, add_distributed_arguments, positive_int
 from moejax.cli.trace import check_recording_args
 from moejax.errors import ConfigError
 from moejax.output.results import atomic_write_csv, atomic_write_json
@@ -60,7 +60,7 @@ def add_parser(sub):
     s.add_argument("--requests", type=positive_int, default=256,
                    help=f"{serving}: requests per stream")
     s.set_defaults(fn=run)
-    distributed.add_arguments(s)
+    add_distributed_arguments(s)
     return s
 
 

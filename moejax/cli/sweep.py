@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from moejax import systems
-from moejax.cli.args import DEFAULT_GEN, positive_int
+from moejax.cli.args import DEFAULT_GEN, add_distributed_arguments, positive_int
 from moejax.errors import ConfigError
 from moejax.output.results import atomic_write_csv, atomic_write_json
 from moejax.output.status import live_status
@@ -48,7 +48,7 @@ def add_parser(sub):
     g.add_argument("--streams", type=positive_int, default=4, help="request streams a point")
     g.add_argument("--requests", type=positive_int, default=64, help="requests per stream")
     s.set_defaults(fn=command)
-    distributed.add_arguments(s)
+    add_distributed_arguments(s)
     return s
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from moejax import systems
-from moejax.cli.args import positive_int
+from moejax.cli.args import add_distributed_arguments, positive_int
 from moejax.errors import ConfigError
 from moejax.runner import distributed
 from moejax.tune import TuneConfig, export, smoothed, tune
@@ -90,7 +90,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "(a policy has no key for them); use it as moejax simulate --hardware")
     u.add_argument("--quiet", action="store_true", help="no progress bar")
     u.set_defaults(fn=run)
-    distributed.add_arguments(u)
+    add_distributed_arguments(u)
     return u
 
 

@@ -31,9 +31,11 @@ import optax
 
 from moejax import systems
 from moejax.errors import CheckpointError, ConfigError, UnknownNameError
+from moejax.output.results import atomic_write_json
 from moejax.runner import engine
 from moejax.system import TuneSetup
 from moejax.systems.fsedp.budget import ChipletBudget
+from moejax.trace import io as trace_io
 from moejax.trace.popularity import fixed_popularity, sample_from_popularity
 from moejax.tunable import IntegerKnob, Placement
 from moejax.tune import checkpoint as ck
@@ -213,8 +215,6 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
 def recording_split(cfg: TuneConfig, model):
     """(train, held-out) traces of the recording `cfg.trace`: one trace per iteration, the
     first `train_fraction` of the iterations train, the rest are held out (never mixed)."""
-    from moejax.trace import io as trace_io
-
     rec, _ = trace_io.load(cfg.trace)
     if rec.batch_shape:  # traces of a batch in turn: one iteration axis
         rec = jax.tree_util.tree_map(lambda x: x.reshape(-1, *x.shape[2:]), rec)
@@ -443,7 +443,7 @@ def tune_gradient(cfg: TuneConfig, out: str | Path, *, resume: bool = False,
     mgr, step, history, raw, opt_state = open_run(cfg, out, resume, raw,
                                                   prob.optimizer.init(raw))
     update = make_update(prob)
-    with _bar(progress, cfg.steps, step) as advance:
+    with progress_bar(progress, cfg.steps, step) as advance:
         while step < cfg.steps:
             raw, opt_state, loss, gnorm = update(raw, opt_state, jnp.int32(step))
             step += 1
@@ -458,8 +458,6 @@ def tune_gradient(cfg: TuneConfig, out: str | Path, *, resume: bool = False,
     hard = hard_values(prob, raw)
     evaluation = evaluate(prob, hard) if evaluate_heldout else {}
     if evaluate_heldout:
-        from moejax.output.results import atomic_write_json
-
         atomic_write_json(Path(out) / "summary.json",
                           {"run": cfg.spec(), "step": step, "final_loss": history[-1],
                            "evaluation": evaluation})
@@ -518,7 +516,7 @@ def evaluate(prob: Problem, hard: dict) -> dict:
     return out
 
 
-class _bar:
+class progress_bar:
     """A rich progress bar showing loss, temperature and gradient norm (or nothing)."""
 
     def __init__(self, show: bool, total: int, done: int):

@@ -26,6 +26,7 @@ import numpy as np
 import optax
 
 from moejax.errors import ConfigError, MoejaxError
+from moejax.output.results import atomic_write_json
 from moejax.runner import distributed, engine
 from moejax.tune import checkpoint as ck
 from moejax.tune import loop
@@ -122,7 +123,7 @@ def tune(cfg, out: str | Path, *, resume: bool, progress: bool, callback,
                                                   prob.optimizer.init(raw))
     update = make_update(prob)
     writer = distributed.is_writer()
-    with loop._bar(progress and writer, cfg.steps, step) as advance:
+    with loop.progress_bar(progress and writer, cfg.steps, step) as advance:
         while step < cfg.steps:
             raw, opt_state, loss, gnorm = update(raw, opt_state, jnp.int32(step))
             step += 1
@@ -139,8 +140,6 @@ def tune(cfg, out: str | Path, *, resume: bool, progress: bool, callback,
     hard = loop.hard_values(prob, raw)
     evaluation = loop.evaluate(prob, hard) if evaluate_heldout else {}
     if evaluate_heldout and writer:
-        from moejax.output.results import atomic_write_json
-
         atomic_write_json(Path(out) / "summary.json",
                           {"run": cfg.spec(), "step": step, "final_loss": history[-1],
                            "processes": distributed.process_count(),

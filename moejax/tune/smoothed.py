@@ -37,11 +37,13 @@ import numpy as np
 import optax
 
 from moejax import tunable as fam
+from moejax.catalog.policies import load_policy
 from moejax.errors import ConfigError, MoejaxError
+from moejax.output.results import atomic_write_json, atomic_write_text
 from moejax.systems.amoe import runner, serve
 from moejax.tune import checkpoint as ck
-from moejax.tune import targets
-from moejax.tune.loop import TuneResult, _bar, make_optimizer, open_run, tau_at
+from moejax.tune import export, targets
+from moejax.tune.loop import TuneResult, make_optimizer, open_run, progress_bar, tau_at
 
 AEP_METRICS = ("throughput_tok_s", "itl_mean_s", "ttft_mean_s")
 AEP_DECAY_RANGE = (0.0, 1.0)  # the aep policy's allowed delta (002 Algorithm 1 weights)
@@ -175,7 +177,7 @@ def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool 
                                                   prob.optimizer.init(raw))
     dvalue = jax.jit(jax.grad(lambda r: f.relaxed(r, 0.0)))
     apply = jax.jit(lambda g, s, r: _apply(prob.optimizer, g, s, r))
-    with _bar(progress, cfg.steps, step) as advance:
+    with progress_bar(progress, cfg.steps, step) as advance:
         while step < cfg.steps:
             sigma = float(tau_at(cfg, step))
             delta = float(f.relaxed(raw["decay"], sigma))
@@ -195,8 +197,6 @@ def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool 
     hard = {"decay": f.hard(raw["decay"])}
     evaluation = {}
     if evaluate_heldout:
-        from moejax.output.results import atomic_write_json
-
         evaluation = evaluate_aep(prob, hard["decay"], default)
         atomic_write_json(Path(out) / "summary.json",
                           {"run": cfg.spec(), "step": step, "final_loss": history[-1],
@@ -222,10 +222,6 @@ def evaluate_aep(prob: AEPProblem, tuned: float, default: float) -> dict:
 
 def write_policy(path: str | Path, cfg, hard: dict, step: int) -> Path:
     """The base aep policy with the tuned `decay`, as a policy TOML (atomic)."""
-    from moejax.catalog.policies import load_policy
-    from moejax.output.results import atomic_write_text
-    from moejax.tune import export
-
     path = export.check_toml_path(path)
     base = load_policy(cfg.policy or targets.default_policy("aep"))
     head = (f"# Tuned by `moejax tune` (relaxation 'smoothed': Gaussian smoothing, antithetic "

@@ -27,6 +27,7 @@ import numpy as np
 from moejax import tunable as fam
 from moejax.errors import ConfigError
 from moejax.system import TuneSetup
+from moejax.systems.dysharp import system
 
 PARAMS = ("placement", "comm_sms", "tile_tokens", "chunks")
 # knob ranges: SMs up to half of an H100's 132 (COMET / DeepEP use 20-24); tiles 16..256
@@ -44,8 +45,6 @@ def setup(platform, model, policy, num_iterations, names, capacity=0, num_layers
     """The `moejax.system.TuneSetup` of a DySHARP-family policy (any of its 12).
     `num_layers` > 0: one placement per trace layer (`--per-layer`; the switch's
     OutPort = ID / epg rule then needs a relabelling of expert ids per layer)."""
-    from moejax.systems.dysharp import system
-
     sys_, base = system.from_policy(platform, model, policy.options_table(), num_iterations)
     opts, _, _ = system._read_options(policy.options_table())
     cfg = system.make_config(platform, model, **opts)

@@ -34,6 +34,10 @@ import numpy as np
 from moejax import tunable as fam
 from moejax.errors import ConfigError
 from moejax.system import TuneSetup
+from moejax.systems.epsmoe import assignment, relaxed
+from moejax.systems.epsmoe import system as esys
+from moejax.systems.epsmoe.config import divisors, make_config
+from moejax.systems.epsmoe.layer import heuristic_pn
 from moejax.trace.popularity import sample_from_popularity
 
 SWITCH_RANGE = (128.0, 32768.0)  # rows per expert: Fig. 5 spans 128 .. 16384 (log box)
@@ -125,9 +129,6 @@ def paper_pn(cfg, base, traces, simulate) -> int:
     """E12's N* = sqrt(C / k) (best divisor, `layer.heuristic_pn`): C = min(T_comm, T_comp)
     of the unpipelined block (pn = 1, the hard system of `cfg`) on `traces`, k = the
     model's per-chunk overhead. simulate: the runner's `engine.simulate`."""
-    from moejax.systems.epsmoe import system as esys
-    from moejax.systems.epsmoe.layer import heuristic_pn
-
     hard = esys.build(dataclasses.replace(cfg, relaxed=()))
     p = base.replace(pn=jnp.float32(1.0), pn_index=jnp.float32(0.0), tau=jnp.float32(0.0))
     out = simulate(hard, p, traces, progress=False)
@@ -138,10 +139,6 @@ def paper_pn(cfg, base, traces, simulate) -> int:
 def setup(platform, model, policy, num_iterations, names, capacity=0, *, simulate):
     """The `moejax.system.TuneSetup` of an EPS-MoE policy (see module); simulate: the
     runner's `engine.simulate`, for the paper's pipeline-degree heuristic."""
-    from moejax.systems.epsmoe import assignment, relaxed
-    from moejax.systems.epsmoe import system as esys
-    from moejax.systems.epsmoe.config import divisors, make_config
-
     del capacity
     relaxed.check(names)
     opts, switch, auto_pn = esys._read_options(policy.options_table())
