@@ -166,6 +166,9 @@ def test_toy_system_in_every_list(toy, capsys):
     assert "tunable: ep, fsedp, wafer, aep, dysharp, epsmoe, toy)" in tune
     assert "toy: us_per_token" in tune and "toy for toy" not in tune
     assert "toy" in targets.tunable()
+    assert main(["catalog", "systems"]) == 0
+    table = capsys.readouterr().out
+    assert all(k in table for k in systems.SYSTEMS) and "a toy system" in table
     # a policy naming an unregistered system lists the registered ones, toy among them
     bad = Path(toy).with_name("bad.toml")
     bad.write_text('system = "nope"\ndescription = "x"\nsource = "y"\n')

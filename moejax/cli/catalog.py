@@ -1,4 +1,5 @@
-"""`moejax catalog hardware | models | policies`: the catalogs as tables."""
+"""`moejax catalog hardware | models | policies | systems`: the catalogs, and the registry of
+systems (`moejax.systems.SYSTEMS`), as tables."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from moejax.catalog.policies import policy_names
 
 
 def add_parser(sub):
-    c = sub.add_parser("catalog", help="list hardware, models or policies")
-    c.add_argument("what", choices=["hardware", "models", "policies"])
+    c = sub.add_parser("catalog", help="list hardware, models, policies or systems")
+    c.add_argument("what", choices=["hardware", "models", "policies", "systems"])
     c.set_defaults(fn=run)
     return c
 
@@ -44,6 +45,15 @@ def run(args) -> int:
             t.add_row(name, p.family, str(p.num_devices), shape, f"{topo.link_Bps / 1e9:g}",
                       f"{p.device.flops('bf16') / 1e12:.4g}", f"{p.device.memory_Bps / 1e9:g}",
                       p.source)
+    elif args.what == "systems":
+        t = Table(title="systems")
+        for c in ("name", "input", "platforms", "tunable", "study", "default policy",
+                  "description"):
+            t.add_column(c)
+        for e in systems.SYSTEMS.values():
+            t.add_row(e.name, e.input_kind, ", ".join(e.families),
+                      ", ".join(e.tuning.params) if e.tuning else "", e.study or "",
+                      e.default_policy, e.description)
     else:
         t = Table(title="policies")
         for c in ("name", "system", "description", "source"):

@@ -20,7 +20,7 @@ def polish(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.epilog = "\n".join([
         f"systems (a policy's `system`): {', '.join(systems.SYSTEMS)}",
         f"studies (moejax reproduce NAME [--quick] --out DIR): {', '.join(systems.studies())}",
-        "catalogs: moejax catalog hardware | models | policies",
+        "catalogs: moejax catalog hardware | models | policies | systems",
         "examples:",
         "  moejax simulate --hardware chiplet-2x2 --model qwen3-30b-a3b --policy ep --out res",
         "  moejax reproduce fsedp --quick --out results/fsedp",
