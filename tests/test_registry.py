@@ -199,11 +199,11 @@ def test_every_list_equals_the_registry(capsys):
     assert list(targets.tunable()) == [k for k in tunable if entries[k].tuning.setup]
     assert serve.STREAM_SYSTEMS == tuple(systems.names("streams"))
     assert set(systems.studies()) == set(reproduce.STUDIES)
-    # every catalog policy names a registered system that takes its options; every tunable
-    # system's default policy is one of them and is for that system
+    # every catalog policy names a registered system that takes its options; every system's
+    # default policy is one of them and is for that system
     assert {systems.checked_policy(n).system for n in policy_names()} <= set(entries)
-    for k in tunable:
-        assert load_policy(entries[k].default_policy).system == k
+    for k, e in entries.items():
+        assert load_policy(e.default_policy).system == k
     # the parser dispatches every (sub)command to a module of moejax.cli
     fns = {p.get_default("fn") for p in _parsers(build_parser())} - {None}
     assert len(fns) == 7 and all(f.__module__.startswith("moejax.cli.") for f in fns)
