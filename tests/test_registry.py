@@ -230,7 +230,8 @@ def _under(names: set[str], *prefixes: str) -> list[str]:
 
 
 @pytest.mark.parametrize("folder, banned", [
-    ("systems", ("moejax.tune", "moejax.reproduce", "moejax.api", "moejax.cli")),
+    ("systems", ("moejax.runner", "moejax.tune", "moejax.reproduce", "moejax.api",
+                 "moejax.cli")),
     ("catalog", ("moejax.systems", "moejax.runner", "moejax.tune", "moejax.cli")),
     ("runner", ("moejax.tune", "moejax.reproduce", "moejax.api")),
     ("tune", ("moejax.reproduce", "moejax.api", "moejax.cli")),

@@ -61,10 +61,11 @@ from moejax.placement import eplb_reference, slots
 from moejax.reproduce import Claim, Report
 from moejax.reproduce import balancing_data as data
 from moejax.runner import engine
-from moejax.systems import ep, rebalancing, rebalancing_tuning
+from moejax.systems import ep, rebalancing
 from moejax.trace import from_counts
 from moejax.trace import io as trace_io
 from moejax.trace.core import Trace
+from moejax.tune import rebalancing as rebalancing_tuning
 
 PLATFORMS = ("h800x8", "gh200-nvl32", "dgx-b200-4node")
 REDUNDANT = (0, 1, 2, 4)

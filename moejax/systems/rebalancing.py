@@ -20,7 +20,7 @@ init / step / finish system over the iterations of a long trace:
   placement serving from the next iteration; 'free' charges nothing (an upper bound).
 
 R and W are traced params (floats, floored / rounded here), so a grid of them is one
-vmapped sweep and `moejax.systems.rebalancing_tuning` smooths over them; W is at most the
+vmapped sweep and `moejax.tune.rebalancing` smooths over them; W is at most the
 static ring length `max_window`.
 """
 

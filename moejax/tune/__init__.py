@@ -3,9 +3,10 @@
 `targets` (what each registered system exposes, `moejax.system.Tuning`), `loop` (the
 problem, the relaxed objective, optax updates, orbax checkpoints, hard-mode evaluation),
 `parallel` (the loop over processes), `smoothed` (Gaussian smoothing for discrete-event
-systems), `run` (`tune` / `restore`, which pick among them), `zeroth` (hard-mode grids),
-`checkpoint`, `export` (tuned values -> policy TOML). The families themselves are in
-`moejax.tunable`. See docs/tuning.md.
+systems; `rebalancing` smooths EPLB's re-plan interval and window the same way), `run`
+(`tune` / `restore`, which pick among them), `zeroth` (hard-mode grids), `checkpoint`,
+`export` (tuned values -> policy TOML). The families themselves are in `moejax.tunable`.
+See docs/tuning.md.
 """
 
 from moejax.tune.loop import TuneConfig, TuneResult, evaluate
