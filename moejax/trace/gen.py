@@ -275,7 +275,7 @@ def generate(
 
 # Most scratch (Gumbel scores) one `generate` call makes at once; larger batches are made in
 # chunks of traces. The full `reproduce fsedp` grid generated 16 traces of 100 iterations x 4
-# layers x 1024 tokens x 128 experts in one call: 6.7 GB of scores, a 14.8 GB peak (issue 13).
+# layers x 1024 tokens x 128 experts in one call: 6.7 GB of scores, a 14.8 GB peak.
 GENERATE_SCRATCH_BYTES = 256 * 2**20
 
 

@@ -49,7 +49,7 @@ class WaferConfig:
     # network model of the all-to-all and ring collectives (mesh platforms): "link_load" =
     # cut-through max link load (`physics.collectives`), "eq1" = 001 Eq. 1 store-and-forward
     # per transfer, serialized per port (`physics.eq1`, ports "link" or "device")
-    # defaults (issue 14): the paper's own model, 001 Eq. 1 with bidirectional rings; the
+    # defaults: the paper's own model, 001 Eq. 1 with bidirectional rings; the
     # cut-through, one-way reading stays as network="link_load", bidirectional_rings=False
     network: str = "eq1"
     eq1_ports: str = "link"

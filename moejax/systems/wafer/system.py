@@ -23,6 +23,14 @@ serve from the next iteration); non-invasive = Local steps on links that are col
 all-reduce and Global steps on links cold during the all-to-all (§V-A), nothing on the
 critical path: the replicas go live once the cold capacity has carried them (a delay in
 iterations, `ni_delay_iterations`), and no new plan starts while one is in flight.
+
+The package, by concern: `config` (WaferConfig, WaferParams, `make_config`), `mapping` (TP
+groups, FTDs, ER / HER, §IV), `traffic` (dispatch / combine all-to-all), `allreduce` (TP ring
+phases), `esp` (expert slicing, §VI-B5), `unit_tables` (the all-to-all as static tables with
+Eq. 1 port parts), `layer` (one layer's timing and pipeline), `balancer` (shadow-slot plans,
+Eq. 2), `migration` (invasive and non-invasive copies), this module (the System: init, step,
+finish, policy options), `placement` (EPLB plans as params), `reference` (plain-Python
+layer for tests).
 """
 
 from __future__ import annotations
