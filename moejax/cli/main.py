@@ -344,12 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("file")
     i.add_argument("--plot", help="write a PNG of load skew, activated experts, affinity")
     i.add_argument("--json", help="write activated experts / affinity / locality as JSON")
-    from moejax.cli.trace import add_fit_parser, add_import_parser
+    from moejax.cli.trace import add_compare_parser, add_fit_parser, add_import_parser
 
     add_import_parser(tsub, _positive_int)
     add_fit_parser(tsub)
-    from moejax.trace.compare import add_compare_parser
-
     add_compare_parser(tsub)
     t.set_defaults(fn=_trace)
 

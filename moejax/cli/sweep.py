@@ -111,7 +111,7 @@ def _serving(args, setup, points, varies) -> int:
     from moejax.output.results import atomic_write_csv, atomic_write_json
     from moejax.output.status import live_status
     from moejax.runner import distributed, sweep_serving
-    from moejax.trace.gen import WORKLOADS
+    from moejax.trace.requests import WORKLOADS
 
     if args.workload not in WORKLOADS:
         raise ConfigError(f"--workload {args.workload!r}: allowed: {', '.join(WORKLOADS)}")

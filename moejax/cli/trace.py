@@ -1,4 +1,4 @@
-"""`moejax trace import | fit` and the extra output of `moejax trace inspect` (the CLI in
+"""`moejax trace import | fit | compare` and the extra output of `moejax trace inspect` (the CLI in
 `moejax.cli.main` adds their parsers and calls these)."""
 
 from __future__ import annotations
@@ -55,6 +55,35 @@ def add_fit_parser(tsub) -> None:
                    help="fit on all iterations (no held-out evaluation)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(trace_fn=run_fit)
+
+
+def add_compare_parser(tsub) -> None:
+    """`moejax trace compare A B [--json OUT]`."""
+    p = tsub.add_parser(
+        "compare", help="compare a recording or a fit (A) with a recording (B)",
+        description="Per-layer skew and activated-expert curve of A (a trace .npz or a fit "
+        ".json) against recording B, PASS when every layer's skew is within 10% and the "
+        "curve within 5% (docs/traces.md). A fit describes a workload, not a model.")
+    p.add_argument("a", help="trace file (.npz) or fit (.json from `moejax trace fit --out`)")
+    p.add_argument("b", help="reference recording (.npz)")
+    p.add_argument("--json", help="write the comparison as JSON")
+    p.add_argument("--seed", type=int, default=12345, help="generation seed (fits)")
+    p.set_defaults(trace_fn=run_compare)
+
+
+def run_compare(args) -> int:
+    """`moejax trace compare A B`: print `compare.format_compare`, write JSON on request."""
+    from moejax.output.results import atomic_write_json
+    from moejax.trace.compare import compare, format_compare
+
+    if args.json and Path(args.json).is_dir():
+        raise ConfigError(f"--json: {args.json} is a folder; give a file name")
+    r = compare(args.a, args.b, seed=args.seed)
+    print(format_compare(r))
+    if args.json:
+        atomic_write_json(Path(args.json), r)
+        print(f"wrote {args.json}")
+    return 0
 
 
 def run_import(args) -> int:
@@ -169,7 +198,9 @@ def inspect_extra(tr, meta: dict, plot_path: str | None, as_json: str | None,
         title = meta.get("path", "") if isinstance(meta, dict) else ""
         if tr.batch_shape:
             title = f"{title} trace 0 of {tr.batch_shape[0]}".strip()
-        analysis.plot(first, plot_path, meta, title=title)
+        from moejax.trace.figure import plot_analysis
+
+        plot_analysis(first, plot_path, meta, title=title)
         print(f"wrote {plot_path}")
 
 
