@@ -35,6 +35,7 @@ from moejax.catalog.hardware import load_platform
 from moejax.catalog.models import load_model, with_overrides
 from moejax.runner import engine
 from moejax.systems import ep, fsedp
+from moejax.systems.wafer import config as wconfig
 from moejax.systems.wafer import system as ws
 from moejax.trace import from_counts, gen
 
@@ -95,10 +96,10 @@ def systems(names):
         yield "fsedp", fsedp.build(cfg, 1), fsedp.default_params(cfg), lambda n: routed(q3, n)
     if "wafer" in names:
         big = with_overrides(load_model("qwen3-235b-a22b"), weight_bytes=1.0)
-        cfg = ws.make_config(load_platform("wsc-8x8"), big, mapping="er", tp_size=4,
-                             network="eq1", bidirectional_rings=True)
+        cfg = wconfig.make_config(load_platform("wsc-8x8"), big, mapping="er", tp_size=4,
+                                  network="eq1", bidirectional_rings=True)
         g = cfg.mapping.num_groups
-        yield "wafer", ws.build(cfg, 1), ws.default_params(cfg), \
+        yield "wafer", ws.build(cfg, 1), wconfig.default_params(cfg), \
             lambda n: counts_only(big, g, n)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from moejax.reproduce import steady_amoe as S
 from moejax.systems.amoe.config import FIG3_EXPERT_EFFICIENCY, attention_seconds
-from moejax.trace.gen import WORKLOADS
+from moejax.trace.requests import WORKLOADS
 
 AEP_VARIANTS = {
     "calibrated": {},

@@ -84,7 +84,7 @@ class SystemEntry:
     check_options(options) -> None: validate a policy's [options] (raise ConfigError).
     families: platform families it runs on (`Platform.family`).
     input_kind: "traces" (routing traces, `moejax.trace`) or "streams" (Poisson request
-      streams, `moejax.trace.gen.request_stream`). needs_tokens: False if it runs on
+      streams, `moejax.trace.requests.request_stream`). needs_tokens: False if it runs on
       counts-only traces (per-expert counts, no per-token choices).
     tuning: what `moejax tune` may change (None: not tunable).
     study: the `moejax reproduce` study that reproduces its paper (None: none).

@@ -15,7 +15,7 @@ from conftest import make_model, make_platform
 
 from moejax.errors import ConfigError
 from moejax.systems.amoe import aep, reference, routing, runner, schedulers, steady, sync
-from moejax.trace.gen import request_stream
+from moejax.trace.requests import request_stream
 
 R = 10
 

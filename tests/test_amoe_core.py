@@ -13,7 +13,7 @@ from conftest import make_model, make_platform
 
 from moejax.systems.amoe import aep, reference, runner, steady
 from moejax.systems.amoe.config import BIG_TICK
-from moejax.trace.gen import request_stream
+from moejax.trace.requests import request_stream
 
 R = 10
 

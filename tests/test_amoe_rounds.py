@@ -14,7 +14,7 @@ import pytest
 from conftest import make_model, make_platform
 
 from moejax.systems.amoe import aep, core, rounds, steady
-from moejax.trace.gen import request_stream
+from moejax.trace.requests import request_stream
 
 R = 12
 SCHEDS = ("defrag", "mtfs", "flfs")

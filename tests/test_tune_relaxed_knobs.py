@@ -16,6 +16,7 @@ from moejax.catalog.policies import load_policy
 from moejax.errors import ConfigError
 from moejax.runner import engine
 from moejax.systems.wafer import balancer as bal
+from moejax.systems.wafer import config as wconfig
 from moejax.systems.wafer import system as wsys
 from moejax.trace.popularity import fixed_popularity, sample_from_popularity
 
@@ -28,9 +29,9 @@ def _wafer(invasive, kind, iterations=6, traces=3):
                            layers=2, num_experts=s.model.num_experts)
     tr = sample_from_popularity(pop, jax.random.key(2), num_traces=traces, tokens=32,
                                 top_k=s.model.top_k)
-    cfg = wsys.make_config(s.platform, s.model, mapping="er", tp_size=4, balancer=kind,
-                           invasive=invasive, shadow_slots=1, micro_batches=(1, 2),
-                           network="link_load", bidirectional_rings=False)  # BOOLEAN_PATH's
+    cfg = wconfig.make_config(s.platform, s.model, mapping="er", tp_size=4, balancer=kind,
+                              invasive=invasive, shadow_slots=1, micro_batches=(1, 2),
+                              network="link_load", bidirectional_rings=False)  # BOOLEAN_PATH's
     return cfg, wsys.build(cfg, iterations), tr
 
 
@@ -48,7 +49,7 @@ BOOLEAN_PATH = {
 @pytest.mark.parametrize("invasive,kind", list(BOOLEAN_PATH))
 def test_wafer_gated_step_at_tau_zero_is_the_boolean_path(invasive, kind):
     cfg, sysm, tr = _wafer(invasive, kind)
-    p = wsys.default_params(cfg, alpha=0.3, beta=1.0 if invasive else 0.0)
+    p = wconfig.default_params(cfg, alpha=0.3, beta=1.0 if invasive else 0.0)
     out = engine.simulate(sysm, p, tr)
     fwd, mig = BOOLEAN_PATH[(invasive, kind)]
     np.testing.assert_array_equal(np.asarray(out["forward_s"]), np.float32(fwd))
@@ -67,7 +68,7 @@ def forward_of_alpha():
     the loads as aux) serves every temperature below and the loads (three compiles before:
     the loads' run, f and grad f; the gradient is computed at every call, cheap here)."""
     cfg, sysm, tr = _wafer(True, "topology", iterations=4, traces=2)
-    base = wsys.default_params(cfg, alpha=0.0, beta=0.0)
+    base = wconfig.default_params(cfg, alpha=0.0, beta=0.0)
 
     @jax.jit
     @functools.partial(jax.value_and_grad, has_aux=True)

@@ -15,7 +15,7 @@ from moejax.errors import ConfigError
 from moejax.runner import engine
 from moejax.systems.amoe import serve
 from moejax.systems.amoe.config import itl_bin_edges_s
-from moejax.trace.gen import WORKLOADS
+from moejax.trace.requests import WORKLOADS
 
 
 def is_stream_policy(policy: str) -> bool:

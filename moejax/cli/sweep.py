@@ -16,7 +16,7 @@ from moejax.output.results import atomic_write_csv, atomic_write_json
 from moejax.output.status import live_status
 from moejax.runner import distributed, sweep, sweep_serving
 from moejax.trace import gen
-from moejax.trace.gen import WORKLOADS
+from moejax.trace.requests import WORKLOADS
 
 
 def add_parser(sub):

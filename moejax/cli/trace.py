@@ -120,6 +120,7 @@ def _add_compare_parser(tsub) -> None:
 
 
 def run_compare(args) -> int:
+    """`moejax trace compare A B`: print `compare.format_compare`, write JSON on request."""
     if args.json and Path(args.json).is_dir():
         raise ConfigError(f"--json: {args.json} is a folder; give a file name")
     r = compare.compare(args.a, args.b, seed=args.seed)
@@ -223,7 +224,9 @@ def inspect_extra(tr, meta: dict, plot_path: str | None, as_json: str | None,
         title = meta.get("path", "") if isinstance(meta, dict) else ""
         if tr.batch_shape:
             title = f"{title} trace 0 of {tr.batch_shape[0]}".strip()
-        analysis.plot(first, plot_path, meta, title=title)
+        from moejax.trace.figure import plot_analysis  # matplotlib: loaded only to draw
+
+        plot_analysis(first, plot_path, meta, title=title)
         print(f"wrote {plot_path}")
 
 

@@ -25,7 +25,7 @@ from moejax.output.progress import step
 from moejax.output.results import atomic_write_csv, atomic_write_rows
 from moejax.reproduce import Claim, Report, amoe_figures
 from moejax.systems.amoe import runner, serve
-from moejax.trace.gen import WORKLOADS, request_stream
+from moejax.trace.requests import WORKLOADS, request_stream
 
 MODEL = "mixtral-8x7b"
 ONE_NODE, TWO_NODES = "a100x8-nvswitch", "a100x16-2node"

@@ -37,7 +37,7 @@ from moejax.output.results import atomic_write_csv, atomic_write_rows
 from moejax.reproduce import Claim, Report, amoe_figures
 from moejax.systems.amoe import aep, serve, steady, sync, sync_closed
 from moejax.systems.amoe import policy as amoe_policy
-from moejax.trace.gen import WORKLOADS, request_stream
+from moejax.trace.requests import WORKLOADS, request_stream
 
 MODEL = "mixtral-8x7b"
 ONE_NODE, TWO_NODES, ONE_NODE_40G = "a100x8-nvswitch", "a100x16-2node", "a100x8-40g"

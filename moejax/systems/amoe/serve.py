@@ -18,7 +18,7 @@ from moejax.catalog.policies import Policy, load_policy
 from moejax.errors import UnknownNameError
 from moejax.systems import SYSTEMS, names
 from moejax.systems.amoe import runner
-from moejax.trace import gen
+from moejax.trace import requests
 
 STREAM_SYSTEMS = tuple(names("streams"))  # the registry's systems with input_kind "streams"
 
@@ -71,9 +71,9 @@ def platform(name: str | Platform) -> Platform:
 
 def streams(key, *, num_streams: int, num_requests: int, rate_per_s: float,
             workload: str = "medium"):
-    """Poisson request streams of a 002 §5 workload (`trace.gen.request_stream`)."""
-    return gen.request_stream(key, num_streams=num_streams, num_requests=num_requests,
-                              rate_per_s=rate_per_s, workload=workload)
+    """Poisson request streams of a 002 §5 workload (`trace.requests.request_stream`)."""
+    return requests.request_stream(key, num_streams=num_streams, num_requests=num_requests,
+                                   rate_per_s=rate_per_s, workload=workload)
 
 
 def build(hardware, model, policy, num_requests: int, *, top_k: int | None = None,
