@@ -82,7 +82,7 @@ class SystemEntry:
       policy's [options] Table; num_steps: iterations of a trace (input_kind "traces") or
       requests per stream ("streams").
     check_options(options) -> None: validate a policy's [options] (raise ConfigError).
-    families: platform families it runs on (`Platform.family`).
+    platforms: the platform families it runs on (`Platform.family`).
     input_kind: "traces" (routing traces, `moejax.trace`) or "streams" (Poisson request
       streams, `moejax.trace.requests.request_stream`). needs_tokens: False if it runs on
       counts-only traces (per-expert counts, no per-token choices).
@@ -95,7 +95,7 @@ class SystemEntry:
     description: str
     from_policy: Callable
     check_options: Callable
-    families: tuple[str, ...]
+    platforms: tuple[str, ...]
     input_kind: str = "traces"
     needs_tokens: bool = False
     tuning: Tuning | None = None

@@ -51,7 +51,7 @@ def run(args) -> int:
                   "description"):
             t.add_column(c)
         for e in systems.SYSTEMS.values():
-            t.add_row(e.name, e.input_kind, ", ".join(e.families),
+            t.add_row(e.name, e.input_kind, ", ".join(e.platforms),
                       ", ".join(e.tuning.params) if e.tuning else "", e.study or "",
                       e.default_policy, e.description)
     else:

@@ -76,9 +76,9 @@ def resolve(hardware: str | Platform, model: str | ModelSpec, policy: str | Poli
     m = load_model(model) if isinstance(model, str) else model
     pol = checked_policy(policy)
     e = SYSTEMS[pol.system]
-    if p.family not in e.families:
+    if p.family not in e.platforms:
         raise ConfigError(
-            f"policy {pol.name!r} (system {pol.system}) runs on {', '.join(e.families)} "
+            f"policy {pol.name!r} (system {pol.system}) runs on {', '.join(e.platforms)} "
             f"platforms; {p.name} is a {p.family} platform"
         )
     return Setup(p, m, pol)
