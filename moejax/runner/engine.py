@@ -172,14 +172,19 @@ def run_until_done(system: System, params: PyTree, inputs: PyTree, key=None, *, 
 
     One compiled call runs a segment: a loop of at most `system.num_steps` steps, vmapped
     over the batch with axis name `BATCH_AXIS`, which stops once every member is done (a
-    done member's state is frozen); the host calls segments until all are done, so the
-    number of steps need not be known up front. Member t uses `jax.random.split(key, T)[t]`
+    done member's state is frozen; a `while_loop`, not a fixed `scan`: these event
+    simulations are not differentiated, and a segment ends as soon as its batch is done);
+    the host calls segments until all are done, so the number of steps need not be known
+    up front. Step t gets the int32 index t within its segment (`System.inputs` is for
+    fixed-length systems). Member t uses `jax.random.split(key, T)[t]`
     (or `keys[t]`). params_batched: True if every params leaf carries the leading `[T]` axis
     (member t runs with params[t]), or a pytree prefix of params with 0 (batched) / None
     (shared) per part, as `jax.vmap`'s in_axes. Raises MoejaxError if some member is not
     done after `max_steps` steps. return_state: also return the final state. progress(text):
     told "compiling", then after each segment how many members are done.
     """
+    if system.inputs is not None:
+        raise MoejaxError(f"{system.name}: a system run until done takes no per-step inputs")
     n = batch_size(inputs)
     if keys is None:
         keys = jax.random.split(_typed_key(key), n)
