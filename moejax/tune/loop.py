@@ -27,6 +27,7 @@ import optax
 
 from moejax.errors import CheckpointError, ConfigError, UnknownNameError
 from moejax.runner import engine
+from moejax.systems import SYSTEMS
 from moejax.tune import checkpoint as ck
 from moejax.tune import targets
 from moejax.tune.params import IntegerKnob, Placement
@@ -432,8 +433,6 @@ def open_run(cfg: TuneConfig, out: str | Path, resume: bool, raw, opt_state,
 
 def _serves_streams(system: str) -> bool:
     """Whether the registry's `system` runs on request streams (`SystemEntry.input_kind`)."""
-    from moejax.systems import SYSTEMS
-
     entry = SYSTEMS.get(system)
     return entry is not None and entry.input_kind == "streams"
 
