@@ -56,10 +56,10 @@ def command(args) -> int:
     varies = [sweep.parse_vary(v) for v in args.vary]
     points = sweep.grid(varies)
     setup = api.resolve(args.hardware, args.model, args.policy)
-    if setup.policy.system in ("aep", "ep_serving"):  # request streams, not traces
-        return _serving(args, setup, points, varies)
-    m = setup.model
     entry = SYSTEMS[setup.policy.system]
+    if entry.input_kind == "streams":  # request streams, not traces
+        return _serving(args, setup, entry, points, varies)
+    m = setup.model
     key = jax.random.key(args.seed)
     spec = gen.parse_spec(args.trace_gen)
     traces = gen.generate(spec, key, num_traces=args.traces, iterations=args.iterations,
@@ -105,12 +105,12 @@ def command(args) -> int:
 SERVING_METRICS = ("itl_mean_s", "itl_p99_s", "throughput_tok_s", "ttft_mean_s")
 
 
-def _serving(args, setup, points, varies) -> int:
-    """A sweep of a stream-serving policy (`moejax.runner.sweep_serving`): one row per design point
-    with throughput, ITL mean / p99 and TTFT over its streams."""
+def _serving(args, setup, entry, points, varies) -> int:
+    """A sweep of a stream-serving policy (`moejax.runner.sweep.run_streams`): one row per
+    design point with throughput, ITL mean / p99 and TTFT over its streams."""
     from moejax.output.results import atomic_write_csv, atomic_write_json
     from moejax.output.status import live_status
-    from moejax.runner import distributed, sweep_serving
+    from moejax.runner import distributed, sweep
     from moejax.trace.requests import WORKLOADS
 
     if args.workload not in WORKLOADS:
@@ -124,13 +124,12 @@ def _serving(args, setup, points, varies) -> int:
     if distributed.process_count() > 1:
         raise ConfigError(f"--policy {setup.policy.name}: a serving sweep runs in one process; "
                           "drop --num-processes / --coordinator")
-    serving = sweep_serving.Serving(args.rate, args.workload, args.streams, args.requests,
-                                    args.seed)
+    serving = sweep.Serving(args.rate, args.workload, args.streams, args.requests, args.seed)
     t0 = time.perf_counter()
     with live_status(f"sweeping {setup.policy.name}", show=not args.quiet) as say:
-        out = sweep_serving.run(setup, points, serving, progress=say)
+        out = sweep.run_streams(setup, entry, points, serving, progress=say)
     wall = time.perf_counter() - t0
-    cols = sweep_serving.summarize(points, out)
+    cols = sweep.summarize_streams(points, out)
     n_pts = len(next(iter(points.values())))
     m = setup.model
     print(f"{n_pts} design points x {args.streams} streams of {args.requests} requests, "

@@ -21,13 +21,17 @@ class SystemEntry:
     check_options(table): validate a policy's [options] (raise ConfigError).
     from_policy(platform, model, table, num_iterations) -> (System, params).
     families: platform families it runs on. needs_tokens: False if it runs on counts-only
-    traces (per-expert counts, no per-token choices).
+    traces (per-expert counts, no per-token choices). input_kind: what it simulates,
+    "traces" (routing traces; from_policy's 4th argument is iterations per trace) or
+    "streams" (Poisson request streams, `moejax.systems.amoe.serve`; the 4th argument is
+    requests per stream); the CLI, sweep and tune choose their inputs by it.
     """
 
     check_options: Callable
     from_policy: Callable
     families: tuple[str, ...]
     needs_tokens: bool
+    input_kind: str = "traces"
 
 
 SYSTEMS: dict[str, SystemEntry] = {
@@ -38,9 +42,9 @@ SYSTEMS: dict[str, SystemEntry] = {
     "wafer": SystemEntry(wafer.check_options, wafer.from_policy, ("wafer", "gpu"), False),
     # 002 AMoE: run on request streams (4th from_policy argument = requests per stream)
     "aep": SystemEntry(amoe_policy.check_aep_options, amoe_policy.aep_from_policy,
-                       ("gpu", "chiplet", "wafer"), False),
+                       ("gpu", "chiplet", "wafer"), False, "streams"),
     "ep_serving": SystemEntry(amoe_policy.check_sync_options, amoe_policy.sync_from_policy,
-                              ("gpu", "chiplet", "wafer"), False),
+                              ("gpu", "chiplet", "wafer"), False, "streams"),
     # 000 FSE-DP and its Hydra baseline (chiplet packages)
     "fsedp": SystemEntry(fsedp_system.check_options, fsedp_system.from_policy, ("chiplet",),
                          False),

@@ -27,6 +27,7 @@ import optax
 
 from moejax.errors import CheckpointError, ConfigError, UnknownNameError
 from moejax.runner import engine
+from moejax.systems import SYSTEMS
 from moejax.tune import checkpoint as ck
 from moejax.tune import targets
 from moejax.tune.params import IntegerKnob, Placement
@@ -108,9 +109,10 @@ class TuneConfig:
             raise ConfigError("lr, clip > 0 and 0 < tau_end <= tau_start required; got "
                               f"lr={self.lr}, clip={self.clip}, tau_start={self.tau_start}, "
                               f"tau_end={self.tau_end}")
-        if self.relaxation == "smoothed" and self.system != "aep":
+        if self.relaxation == "smoothed" and not _serves_streams(self.system):
             raise ConfigError(f"relaxation = 'smoothed' with system = {self.system!r}: only "
-                              "aep (a discrete-event simulation) is tuned by smoothing")
+                              "aep and the other request-stream systems (discrete-event "
+                              "simulations) are tuned by smoothing")
         if not self.rate_per_s > 0:
             raise ConfigError(f"rate_per_s = {self.rate_per_s!r}; allowed: > 0")
         if not 0 < self.train_fraction < 1:
@@ -429,6 +431,12 @@ def open_run(cfg: TuneConfig, out: str | Path, resume: bool, raw, opt_state,
     return mgr, step, history, raw, opt_state
 
 
+def _serves_streams(system: str) -> bool:
+    """Whether the registry's `system` runs on request streams (`SystemEntry.input_kind`)."""
+    entry = SYSTEMS.get(system)
+    return entry is not None and entry.input_kind == "streams"
+
+
 def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bool = True,
          callback=None, evaluate_heldout: bool = True) -> TuneResult:
     """Run (or resume) a tuning run into checkpoint folder `out`; see the module docstring.
@@ -438,10 +446,11 @@ def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bo
     error (nothing is overwritten). relaxation = 'smoothed' (aep) runs
     `moejax.tune.smoothed.tune_smoothed` (same checkpoints, schedule and optimizer).
     """
-    if cfg.system == "aep" and cfg.relaxation != "smoothed":
-        raise ConfigError(f"relaxation = {cfg.relaxation!r} with system = 'aep': aep (a "
-                          "discrete-event simulation, decay acts through an argmax) is tuned "
-                          "with relaxation = 'smoothed' (Gaussian smoothing)")
+    if _serves_streams(cfg.system) and cfg.relaxation != "smoothed":
+        raise ConfigError(f"relaxation = {cfg.relaxation!r} with system = {cfg.system!r}: a "
+                          "request-stream system (a discrete-event simulation, decay acts "
+                          "through an argmax) is tuned with relaxation = 'smoothed' (Gaussian "
+                          "smoothing)")
     if jax.process_count() > 1:  # data-parallel over processes (moejax.runner.distributed)
         from moejax.tune import parallel
 

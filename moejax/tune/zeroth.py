@@ -71,7 +71,8 @@ def tune_aep_decay(hardware: str = "a100x8-nvswitch", model: str = "mixtral-8x7b
     """Grid search of Algorithm 1's delta on training request streams; the best, the
     policy's default and the strawman schedulers evaluated on held-out streams (same rate
     and workload, other Poisson draws). Returns a JSON-able summary."""
-    from moejax.systems.amoe import runner, serve
+    from moejax.runner import engine
+    from moejax.systems.amoe import serve
 
     sign = _sign(metric)
     system, params, pol = serve.build(hardware, model, policy, requests)
@@ -84,7 +85,7 @@ def tune_aep_decay(hardware: str = "a100x8-nvswitch", model: str = "mixtral-8x7b
     heldout = serve.streams(k_eval, num_streams=eval_streams, **kw)
 
     def run(sys_params, streams, system=system):
-        out = runner.run_streams(system, sys_params, streams, k_sim)
+        out = engine.simulate(system, sys_params, streams, k_sim)
         return {k: float(np.mean(np.asarray(out[k]))) for k in AEP_METRICS}
 
     def objective(delta):
