@@ -18,6 +18,12 @@ import jax.numpy as jnp
 
 PyTree = Any
 
+# The name of the batch axis (traces or request streams) when the runner vmaps `init` / `step`
+# over a batch it runs until done: a step may reduce over it (`jax.lax.pmax(x, BATCH_AXIS)`)
+# so that a loop predicate is the same for every member of the batch (the loop then runs as
+# one loop under vmap instead of selecting every carried array per iteration).
+BATCH_AXIS = "batch"
+
 
 @dataclasses.dataclass(frozen=True)
 class System:
@@ -27,7 +33,10 @@ class System:
     step(params, state, x) -> (state, out)           x: this step's input (see `inputs`)
     finish(params, state, outs) -> metrics           outs: `out` stacked over steps
     is_done(state) -> bool scalar, or None           steps after done leave the state as is
-    num_steps: static scan length (an upper bound on the events or iterations to simulate)
+    num_steps: static scan length (an upper bound on the events or iterations to simulate);
+      with `is_done`, the steps of one segment: the runner runs segments until every member
+      of the batch is done (the count need not be known up front) and `finish` gets
+      `outs = None`
     inputs(trace) -> xs, or None: a pytree whose leaves have a leading `[num_steps]` axis;
       the runner's scan hands step `t` the slice `xs[t]` (a trace system gets its step's
       routing this way instead of keeping the whole trace in its State). None: `x` is the

@@ -197,7 +197,7 @@ def test_every_list_equals_the_registry(capsys):
     assert ", ".join(systems.studies()) in _help(["reproduce", "--help"], capsys)
     # tuning, serving, studies
     assert list(targets.tunable()) == [k for k in tunable if entries[k].tuning.setup]
-    assert serve.STREAM_SYSTEMS == tuple(systems.names("streams"))
+    assert serve.stream_systems() == tuple(systems.names("streams"))
     assert set(systems.studies()) == set(reproduce.STUDIES)
     # every catalog policy names a registered system that takes its options; every system's
     # default policy is one of them and is for that system

@@ -171,13 +171,12 @@ def _tiny_aep_cfg(**kw):
 
 
 def test_aep_estimator_agrees_with_the_smoothed_hard_objective():
-    from moejax.systems.amoe import runner
     from moejax.tune import smoothed
 
     prob = smoothed.aep_problem(_tiny_aep_cfg())
     # the batched runner is the runner: same metrics, one decay at a time
-    one = runner.run_streams(prob.system, prob.base.replace(decay=jnp.float32(0.0)),
-                             prob.train, prob.sim_key)
+    one = engine.simulate(prob.system, prob.base.replace(decay=jnp.float32(0.0)),
+                          prob.train, prob.sim_key)
     np.testing.assert_array_equal(prob.metrics([0.0])["throughput_tok_s"],
                                   np.asarray(one["throughput_tok_s"]).mean(keepdims=True))
     # f on a grid, refined where it changes: a piecewise-constant model of the hard objective

@@ -15,14 +15,17 @@ from rich.console import Console
 from rich.table import Table
 
 from moejax import api, systems
-from moejax.cli import amoe as amoe_cli
 from moejax.cli.args import DEFAULT_GEN, DefaultInt, add_distributed_arguments, positive_int
 from moejax.cli.trace import check_recording_args
 from moejax.errors import ConfigError
 from moejax.output.results import atomic_write_csv, atomic_write_json
+from moejax.output.status import live_status
 from moejax.runner import budget, distributed, engine, stream
+from moejax.systems.amoe import serve
+from moejax.systems.amoe.config import p99_from_hist
 from moejax.trace import fit, gen
 from moejax.trace import io as trace_io
+from moejax.trace.requests import WORKLOADS
 
 
 def add_parser(sub):
@@ -67,7 +70,7 @@ def add_parser(sub):
 def run(args) -> int:
     policy = systems.checked_policy(args.policy)
     if systems.entry(policy.system).input_kind == "streams":  # request streams, not traces
-        return amoe_cli.simulate(args)
+        return run_streams(args)
     setup = api.resolve(args.hardware, args.model, args.policy)
     m = setup.model
     key = jax.random.key(args.seed)
@@ -136,6 +139,58 @@ def run(args) -> int:
         atomic_write_csv(out_dir / "results.csv", cols)
         atomic_write_json(out_dir / "summary.json", summary)
         print(f"wrote {out_dir / 'results.csv'} and {out_dir / 'summary.json'}")
+    return 0
+
+
+def run_streams(args) -> int:
+    """`moejax simulate` of a policy whose system serves request streams (input_kind
+    "streams", e.g. aep-*, ep-sync): Poisson request streams (002 §5) instead of routing
+    traces; `--streams` streams of `--requests` requests at `--rate` requests/s of a
+    `--workload`."""
+    if getattr(args, "trace", None):
+        raise ConfigError(f"--trace: policy {args.policy!r} draws its routing from a Poisson "
+                          "request stream (--rate, --workload), not from a recorded trace; "
+                          "drop --trace")
+    if args.rate is None or args.rate <= 0:
+        raise ConfigError(f"--rate = {args.rate!r}; stream-serving policies need a Poisson "
+                          "arrival rate > 0 (requests/s)")
+    if args.workload not in WORKLOADS:
+        raise ConfigError(f"--workload = {args.workload!r}; allowed: {', '.join(WORKLOADS)}")
+    t0 = time.perf_counter()
+    with live_status(f"simulating {args.policy}", show=not args.quiet) as say:
+        system, params, _ = serve.build(args.hardware, args.model, args.policy, args.requests)
+        k_stream, k_sim = serve.stream_keys(args.seed)
+        st = serve.streams(k_stream, num_streams=args.streams, num_requests=args.requests,
+                           rate_per_s=args.rate, workload=args.workload)
+        out = engine.simulate(system, params, st, k_sim, progress=say)
+        out = {k: np.asarray(v) for k, v in out.items()}
+    wall = time.perf_counter() - t0
+    summary = {
+        "hardware": args.hardware, "model": args.model, "policy": args.policy,
+        "rate_per_s": args.rate, "workload": args.workload, "streams": args.streams,
+        "requests_per_stream": args.requests,
+        "throughput_tok_s": engine.percentile_summary(out["throughput_tok_s"]),
+        "itl_mean_s": engine.percentile_summary(out["itl_mean_s"]),
+        "itl_p99_s": p99_from_hist(out["itl_hist"].sum(0)),
+        "ttft_mean_s": engine.percentile_summary(out["ttft_mean_s"]),
+        "all_done": bool(np.all(out["all_done"])),
+        "wall_s": wall,
+    }
+    for k in ("expert_stall_fraction", "stall_fraction", "mean_expert_batch", "mean_batch"):
+        if k in out:
+            summary[k] = float(np.mean(out[k]))
+    for k, v in summary.items():
+        if isinstance(v, dict):
+            print(f"{k:>24}: mean {v['mean']:.4g}  p50 {v['p50']:.4g}  p99 {v['p99']:.4g}")
+        else:
+            print(f"{k:>24}: {v}")
+    if args.out:
+        d = Path(args.out)
+        cols = {"stream": np.arange(args.streams)}
+        cols.update({k: v for k, v in out.items() if np.ndim(v) == 1})
+        atomic_write_csv(d / "results.csv", cols)
+        atomic_write_json(d / "summary.json", summary)
+        print(f"wrote {d / 'results.csv'} and {d / 'summary.json'}")
     return 0
 
 

@@ -14,7 +14,7 @@ from moejax.cli.args import DEFAULT_GEN, add_distributed_arguments, positive_int
 from moejax.errors import ConfigError
 from moejax.output.results import atomic_write_csv, atomic_write_json
 from moejax.output.status import live_status
-from moejax.runner import distributed, sweep, sweep_serving
+from moejax.runner import distributed, sweep
 from moejax.trace import gen
 from moejax.trace.requests import WORKLOADS
 
@@ -58,7 +58,7 @@ def command(args) -> int:
     setup = systems.resolve(args.hardware, args.model, args.policy)
     entry = systems.SYSTEMS[setup.policy.system]
     if entry.input_kind == "streams":  # request streams, not traces
-        return _serving(args, setup, points, varies)
+        return _serving(args, setup, entry, points, varies)
     m = setup.model
     key = jax.random.key(args.seed)
     spec = gen.parse_spec(args.trace_gen)
@@ -105,9 +105,9 @@ def command(args) -> int:
 SERVING_METRICS = ("itl_mean_s", "itl_p99_s", "throughput_tok_s", "ttft_mean_s")
 
 
-def _serving(args, setup, points, varies) -> int:
-    """A sweep of a stream-serving policy (`moejax.runner.sweep_serving`): one row per design point
-    with throughput, ITL mean / p99 and TTFT over its streams."""
+def _serving(args, setup, entry, points, varies) -> int:
+    """A sweep of a stream-serving policy (`moejax.runner.sweep.run_streams`): one row per
+    design point with throughput, ITL mean / p99 and TTFT over its streams."""
     if args.workload not in WORKLOADS:
         raise ConfigError(f"--workload {args.workload!r}: allowed: {', '.join(WORKLOADS)}")
     if args.rate is not None and not args.rate > 0:
@@ -119,13 +119,12 @@ def _serving(args, setup, points, varies) -> int:
     if distributed.process_count() > 1:
         raise ConfigError(f"--policy {setup.policy.name}: a serving sweep runs in one process; "
                           "drop --num-processes / --coordinator")
-    serving = sweep_serving.Serving(args.rate, args.workload, args.streams, args.requests,
-                                    args.seed)
+    serving = sweep.Serving(args.rate, args.workload, args.streams, args.requests, args.seed)
     t0 = time.perf_counter()
     with live_status(f"sweeping {setup.policy.name}", show=not args.quiet) as say:
-        out = sweep_serving.run(setup, points, serving, progress=say)
+        out = sweep.run_streams(setup, entry, points, serving, progress=say)
     wall = time.perf_counter() - t0
-    cols = sweep_serving.summarize(points, out)
+    cols = sweep.summarize_streams(points, out)
     n_pts = len(next(iter(points.values())))
     m = setup.model
     print(f"{n_pts} design points x {args.streams} streams of {args.requests} requests, "

@@ -3,7 +3,7 @@
 AEP's defragging decay delta (002 §3.4 Algorithm 1, `AEPParams.decay`) enters the AMoE
 discrete-event simulation only through the argmax that picks a mu-queue
 (`schedulers.select`), and the run is driven to completion by a host loop
-(`runner.run_streams`): every metric f(delta) is piecewise constant (zero gradient almost
+(`engine.simulate`): every metric f(delta) is piecewise constant (zero gradient almost
 everywhere) and has no autodiff path. Its relaxation here is the Gaussian-smoothed
 objective
 
@@ -40,7 +40,8 @@ from moejax import tunable as fam
 from moejax.catalog.policies import load_policy
 from moejax.errors import ConfigError, MoejaxError
 from moejax.output.results import atomic_write_json, atomic_write_text
-from moejax.systems.amoe import runner, serve
+from moejax.runner import engine
+from moejax.systems.amoe import serve
 from moejax.tune import checkpoint as ck
 from moejax.tune import export, targets
 from moejax.tune.loop import TuneResult, make_optimizer, open_run, progress_bar, tau_at
@@ -79,7 +80,7 @@ def run_decays(system, base, decays, streams, key, *, group: int = 8, **kw) -> d
     decays at a time (the last group padded), so every call reuses one compiled loop.
 
     Stream s uses `jax.random.split(key, S)[s]` whatever the decay, as
-    `runner.run_streams(system, base.replace(decay=d), streams, key)` does for one decay."""
+    `engine.simulate(system, base.replace(decay=d), streams, key)` does for one decay."""
     decays = np.asarray(decays, np.float32).reshape(-1)
     n = decays.shape[0]
     padded = np.concatenate([decays, np.full(-n % group, decays[-1], np.float32)])
@@ -88,17 +89,16 @@ def run_decays(system, base, decays, streams, key, *, group: int = 8, **kw) -> d
     return {k: np.concatenate([o[k] for o in outs])[:n] for k in AEP_METRICS}
 
 
-def _run_group(system, base, decays, streams, key, *, chunk_steps: int = 2048,
-               max_steps: int = 50_000_000) -> dict:
+def _run_group(system, base, decays, streams, key, *, max_steps: int = 50_000_000) -> dict:
     n_p = decays.shape[0]
     n_s = int(np.shape(streams.arrival_s)[0])
     tile = lambda x: jnp.concatenate([x] * n_p)  # noqa: E731  [P * S, ...]
     params = base.replace(decay=jnp.asarray(np.repeat(decays, n_s)))
     try:
-        out = runner.run_streams(system, params, jax.tree_util.tree_map(tile, streams),
-                                 keys=tile(jax.random.split(key, n_s)),
-                                 chunk_steps=chunk_steps, max_steps=max_steps,
-                                 params_batched=True)
+        # decay per (decay, stream) row; the configuration's arrays shared by every row
+        out = engine.simulate(system, params, jax.tree_util.tree_map(tile, streams),
+                              keys=tile(jax.random.split(key, n_s)), max_steps=max_steps,
+                              params_batched=base.replace(decay=0, consts=None))
     except MoejaxError as err:
         raise ConfigError(f"aep: {err}") from None
     return {k: np.asarray(out[k]).reshape(n_p, n_s) for k in AEP_METRICS}

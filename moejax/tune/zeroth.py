@@ -34,7 +34,7 @@ import numpy as np
 from moejax import systems
 from moejax.errors import ConfigError
 from moejax.runner import engine
-from moejax.systems.amoe import runner, serve
+from moejax.systems.amoe import serve
 from moejax.systems.wafer import system as wsys
 from moejax.systems.wafer.tuning import WAFER_ALPHA_GRID
 from moejax.trace.popularity import fixed_popularity, sample_from_popularity
@@ -87,7 +87,7 @@ def tune_aep_decay(hardware: str = "a100x8-nvswitch", model: str = "mixtral-8x7b
     heldout = serve.streams(k_eval, num_streams=eval_streams, **kw)
 
     def run(sys_params, streams, system=system):
-        out = runner.run_streams(system, sys_params, streams, k_sim)
+        out = engine.simulate(system, sys_params, streams, k_sim)
         return {k: float(np.mean(np.asarray(out[k]))) for k in AEP_METRICS}
 
     def objective(delta):

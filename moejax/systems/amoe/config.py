@@ -182,10 +182,15 @@ def itl_bin_edges_s() -> np.ndarray:
     return np.geomspace(ITL_MIN_S, ITL_MAX_S, NUM_ITL_BINS - 1).astype(np.float32)
 
 
-def itl_bin_centers_s() -> np.ndarray:
-    e = itl_bin_edges_s().astype(np.float64)
-    mids = np.sqrt(e[1:] * e[:-1])
-    return np.concatenate([[e[0]], mids, [e[-1]]])
+def p99_from_hist(hist) -> float:
+    """99th percentile ITL (s) from a histogram on `itl_bin_edges_s` (the upper edge of the
+    bin holding it; NaN for an empty histogram)."""
+    h = np.asarray(hist, np.float64)
+    if h.sum() == 0:
+        return float("nan")
+    c = np.cumsum(h) / h.sum()
+    edges = np.concatenate([itl_bin_edges_s().astype(np.float64), [np.inf]])
+    return float(edges[int(np.searchsorted(c, 0.99))])
 
 
 def check_positive(name: str, value, integer: bool = False) -> None:
