@@ -179,3 +179,46 @@ def test_replicated_placement_matches_reference():
     ref = ep_reference.layer_latency(cfg, params.placement, tr.expert_ids, tr.token_mask,
                                      tr.counts)
     np.testing.assert_allclose(np.asarray(out["latency_s"]), ref, rtol=2e-5)
+
+
+SHARDED_RUN = """
+import sys
+import jax, numpy as np
+from moejax import api
+from moejax.trace import gen
+res = {}
+# (platform, model, iterations, tokens): the CLI's default run (`moejax simulate`), whose
+# forward time once differed in its last bit; several iterations of a model without shared
+# experts, whose per-device compute time once did
+for hw, model, iters, tokens in (("chiplet-2x2", "qwen3-30b-a3b", 1, 256),
+                                 ("dgx-h100", "phi-3.5-moe", 3, 32)):
+    m = api.resolve(hw, model, "ep").model
+    tr = gen.generate("powerlaw:alpha=1.2", jax.random.key(0), num_traces=64, iterations=iters,
+                      layers=1, tokens=tokens, num_experts=m.num_experts, top_k=m.top_k)
+    out = api.simulate(hw, model, "ep", tr, key=jax.random.key(1))
+    res.update({f"{hw}/{k}": v for k, v in out.items()})
+print(jax.device_count())
+np.savez(sys.argv[1], **res)
+"""
+
+
+def test_sharded_over_four_devices_equals_one_device_bit_for_bit(tmp_path):
+    """Every output of EP is the same float32 bit pattern on 4 host devices as on one (the
+    traces sharded 16 per device against 64 on one device)."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = {}
+    for n in (1, 4):
+        env = dict(os.environ, JAX_PLATFORMS="cpu",
+                   XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
+        path = tmp_path / f"{n}.npz"
+        r = subprocess.run([sys.executable, "-c", SHARDED_RUN, str(path)], env=env, cwd=root,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and r.stdout.split()[0] == str(n), r.stderr[-2000:]
+        out[n] = dict(np.load(path))
+    assert out[1].keys() == out[4].keys()
+    for k, v in out[1].items():
+        np.testing.assert_array_equal(out[4][k], v, err_msg=k)

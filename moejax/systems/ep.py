@@ -170,7 +170,10 @@ def expert_time_s(cfg: EPConfig, tokens_de, tau, tau_tokens=0.0):
     mem = memory_time_s(relax.positive(tokens_de, tau_tokens) * m.expert_weight_bytes,
                         dev.memory_Bps)
     t = relax.maximum(comp, mem, tau).sum(-1)
-    return t, comp.sum(-1)
+    # the compute part from each device's token total (whole tokens: a sum exact in any
+    # order), not a sum of per-expert times, whose rounding varied with the batch's size
+    # (XLA's CPU backend fused the products into the sum, or not; see `metrics.rounded`)
+    return t, compute_time_s(tokens_de.sum(-1) * m.expert_flops_per_token, peak)
 
 
 def shared_time_s(cfg: EPConfig, tokens_d, tau):
@@ -298,9 +301,11 @@ def iteration_times(cfg: EPConfig, params: EPParams, expert_ids, token_mask, cou
     att, _ = attention_time_s(cfg, n_tokens, tau_s)
     dense = dense_ffn_time_s(cfg, n_tokens, tau_s)
     m = cfg.model
-    other = m.num_layers * att + m.num_dense_layers * dense
     # the trace's L layers sample the model's sparse layers: scale their mean
-    return layers, layers["latency_s"].mean() * m.num_sparse_layers + other, other
+    moe, att_all, dense_all = metrics.rounded(layers["latency_s"].mean() * m.num_sparse_layers,
+                                              m.num_layers * att, m.num_dense_layers * dense)
+    other = att_all + dense_all
+    return layers, moe + other, other
 
 
 @struct.dataclass

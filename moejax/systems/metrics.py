@@ -57,6 +57,18 @@ def real_iteration(tokens) -> jax.Array:
     return (tokens > 0).astype(jnp.float32)
 
 
+def rounded(*xs):
+    """`xs` unchanged, each rounded to float32 on its own before any later use.
+
+    XLA's CPU backend fuses a product and the sum it feeds into one fused multiply-add (one
+    rounding instead of two), and in a sum of two products it fuses one of them, which one
+    depending on small differences between programs: the same trace gave a forward time
+    `a * x + b * y` one float32 ulp apart on one device and sharded over four. Behind this
+    barrier every product is rounded before the sum, in every program.
+    """
+    return jax.lax.optimization_barrier(xs)
+
+
 def _zeros(shapes: dict) -> dict:
     return {k: jnp.zeros(s, jnp.float32) for k, s in shapes.items()}
 
