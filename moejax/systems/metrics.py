@@ -6,6 +6,10 @@ per-iteration metrics into a `Running` carry: sums over the iterations that have
 (an iteration with none, as padding at a trace's end, counts for nothing), totals over every
 iteration, running maxima, and the count of iterations with tokens; `finish` reads the
 means, totals and peaks.
+
+The same trace must give the same float32 bits on one device and sharded over several
+(`rounded`, `share_of`): XLA optimizes the two programs slightly differently, and where a
+rounding depends on that choice the metric is written so that it does not.
 """
 
 from __future__ import annotations
@@ -69,6 +73,17 @@ def rounded(*xs):
     return jax.lax.optimization_barrier(xs)
 
 
+def share_of(x, total):
+    """`x / total` for a scalar `total`: a scalar divided, an array times `1 / total`.
+
+    XLA rewrites an array divided by a broadcast scalar into the array times the scalar's
+    reciprocal (one rounding more) in some programs and not in others: a per-device mean
+    came out one ulp apart on one device and sharded over four. Written as the product here,
+    it is the same in every program.
+    """
+    return x / total if jnp.ndim(x) == 0 else x * (1.0 / total)
+
+
 def _zeros(shapes: dict) -> dict:
     return {k: jnp.zeros(s, jnp.float32) for k, s in shapes.items()}
 
@@ -116,6 +131,6 @@ class Running:
         return jnp.maximum(self.iterations, 1.0)
 
     def means(self) -> dict:
-        """name -> mean over iterations with tokens, of every `sums` entry."""
+        """name -> mean over iterations with tokens, of every `sums` entry (`share_of`)."""
         n = self.count()
-        return {k: v / n for k, v in self.sums.items()}
+        return {k: share_of(v, n) for k, v in self.sums.items()}

@@ -213,7 +213,7 @@ def build(cfg: RebalanceConfig, num_iterations: int) -> System:
 
     def finish(params: RebalanceParams, state: RebalanceState, outs):
         s, tot, mean = state.run.sums, state.run.totals, state.run.means()
-        util = s["device_compute_s"] / jnp.maximum(s["layer_latency_s"], 1e-30)
+        util = metrics.share_of(s["device_compute_s"], jnp.maximum(s["layer_latency_s"], 1e-30))
         return {
             "latency_s": mean["layer_latency_s"],
             "forward_s": mean["forward_s"],

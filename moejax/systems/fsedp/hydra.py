@@ -103,7 +103,7 @@ def build(cfg: ep.EPConfig, num_iterations: int, relocate: bool) -> System:
 
     def finish(params, state: EPMemState, outs):
         s, peak, mean = state.run.sums, state.run.peaks, state.run.means()
-        util = s["device_compute_s"] / jnp.maximum(s["layer_latency_s"], 1e-30)
+        util = metrics.share_of(s["device_compute_s"], jnp.maximum(s["layer_latency_s"], 1e-30))
         return {
             "latency_s": mean["layer_latency_s"],
             "forward_s": mean["forward_s"],

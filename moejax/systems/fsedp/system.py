@@ -128,8 +128,9 @@ def build(cfg: FSEDPConfig, num_iterations: int, num_layers: int | None = None) 
     def finish(params: FSEDPParams, state: FSEDPState, outs):
         s, peak = state.run.sums, state.run.peaks
         lat = jnp.maximum(s["layer_latency_s"], 1e-30)
-        util = s["busy_s"] / lat  # [D, 3], compute including the per-micro-slice overhead
-        pe = s["flop_s"] / lat  # [D] PE-array utilization: expert FLOPs only, as EP's
+        # [D, 3], compute including the per-micro-slice overhead
+        util = metrics.share_of(s["busy_s"], lat)
+        pe = metrics.share_of(s["flop_s"], lat)  # [D] PE-array use: expert FLOPs only, as EP's
         mean = state.run.means()
         return {
             "latency_s": mean["layer_latency_s"],
