@@ -2,8 +2,9 @@
 
 Each module may import only modules of its own layer or of the layers below it, the import
 graph has no cycles, and moejax modules are imported at module level (a function-local import
-hides an edge from readers and from this test), except in the CLI, which defers a
-subcommand's imports until that subcommand runs so `moejax --help` starts fast.
+hides an edge from readers), except in the CLI, which defers a subcommand's imports until that
+subcommand runs so `moejax --help` starts fast, and for the few modules in `HEAVY`. Local
+imports still count as edges for the layer and cycle checks.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ LAYERS = [
     ("cli", ["moejax.cli"]),
 ]
 LAZY_ALLOWED = ("moejax.cli",)
+# Modules whose import is expensive enough that their users import them inside the function
+# that needs them: the numba event core loads (and on a cold cache compiles) its kernels.
+HEAVY = {"moejax.systems.amoe.core"}
 MAX_LINES = 620  # "no file over ~600 lines": one concern per module
 
 
@@ -60,7 +64,8 @@ def _imports(name: str, path: Path) -> list[tuple[str, bool, int]]:
             if isinstance(child, ast.Import):
                 out.extend((_resolve(a.name), inner, child.lineno) for a in child.names
                            if a.name.split(".")[0] == "moejax")
-            elif isinstance(child, ast.ImportFrom) and (child.module or "").split(".")[0] == "moejax":
+            elif (isinstance(child, ast.ImportFrom)
+                  and (child.module or "").split(".")[0] == "moejax"):
                 for a in child.names:
                     full = f"{child.module}.{a.name}"
                     out.append((full if full in MODULES else _resolve(child.module), inner,
@@ -101,8 +106,8 @@ def test_import_graph_has_no_cycles():
         stack.append(v)
         on.add(v)
         for w, _, _ in GRAPH[v]:
-            if w == v or (v.startswith(w + ".") and w in MODULES and MODULES[w].name == "__init__.py"):
-                continue  # a module's own package __init__ is run before it; not a cycle
+            if w == v:
+                continue
             if w not in index:
                 connect(w)
                 low[v] = min(low[v], low[w])
@@ -128,7 +133,7 @@ def test_import_graph_has_no_cycles():
 def test_moejax_modules_are_imported_at_module_level():
     local = [f"{m}:{line} imports {t} inside a function"
              for m, edges in GRAPH.items() if not m.startswith(LAZY_ALLOWED)
-             for t, inner, line in edges if inner]
+             for t, inner, line in edges if inner and t not in HEAVY]
     assert not local, "\n".join(sorted(local))
 
 

@@ -19,6 +19,7 @@ from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
 from moejax.physics import topology
+from moejax.trace import gen
 
 TICK_S = 1e-6  # event-clock resolution: int32 microseconds (a 35-minute horizon)
 BIG_TICK = 2**31 - 1  # "never"
@@ -165,8 +166,6 @@ def kv_tokens_per_layerset(model: ModelSpec) -> float:
 
 def exponential_popularity(num_blocks: int, num_experts: int, scale: float, seed: int):
     """float64 [NB, E] expert popularity per block: 002 §5 exponential fit (trace.gen)."""
-    from moejax.trace import gen
-
     p = gen.popularity(f"exponential:scale={scale}", jax.random.key(seed), iterations=1,
                        layers=num_blocks, num_experts=num_experts)
     return np.asarray(p[0], np.float64)

@@ -141,7 +141,6 @@ def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
     local expert count not above the policy's pn (so one policy runs on every model)."""
     opts, switch, auto_pn = _read_options(t)
     if auto_pn:
-        from moejax.systems.epsmoe.config import divisors
         e_loc = max(model.num_experts // platform.num_devices, 1)
         opts["pn"] = max(x for x in divisors(e_loc) if x <= max(opts["pn"], 1))
     cfg = make_config(platform, model, **opts)
