@@ -3,7 +3,7 @@
 Each system package (or module) exports one `moejax.system.SystemEntry`; `ENTRIES` below is
 the one list of them. Every other list of systems (the CLI's choices and help text, the
 tunable systems, the serving systems, the studies) is derived from it, so a new system is
-its package plus one line here (docs/_add_a_system.md).
+its package plus one line here (docs/architecture.md, "Add a system in 5 steps").
 """
 
 from __future__ import annotations
