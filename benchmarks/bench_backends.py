@@ -5,7 +5,7 @@
     python3 benchmarks/bench_backends.py --device gpu            # on a machine with a GPU
 
 Run it once with `--device cpu` on the 2-core machine and once with `--device gpu` the same
-day; the ratio of the two rates is the GPU's speed-up (issue 18). Each size is compiled
+day; the ratio of the two rates is the GPU's speed-up. Each size is compiled
 first (the compile is timed and printed apart), then timed `--repeat` times: the fastest
 repeat is kept, in wall time after `block_until_ready`, with the CPU time of the process
 (`time.process_time`, every thread) of that repeat beside it: on a shared CPU machine the

@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     img = Path(args.out) / "img"
     img.mkdir(parents=True, exist_ok=True)
     key = jax.random.key(0)
-    if args.replot:  # issue 13: figures redrawn without the minutes of fitting
+    if args.replot:  # figures redrawn without the minutes of fitting
         done = json.loads((img / "real_traces.json").read_text(encoding="utf-8"))
         recs = recordings(Path(args.traces))
         for name, entry in done.items():

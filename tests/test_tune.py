@@ -320,9 +320,9 @@ def test_shipped_checkpoint_reproduces_the_shipped_policy(folder, policy, tmp_pa
     prob, res = restore(ROOT / "checkpoints" / folder)
     out = export.write_policy(tmp_path / "p.toml", prob, res.hard, res.step)
     shipped = (ROOT / "policies" / policy).read_text()
-    # issue 14 pinned the reading a tuned FSE-DP value was tuned under: a trailing block
+    # a tuned FSE-DP policy pins the reading its value was tuned under: a trailing block
     # the export (of the base policy, new defaults) does not write
-    shipped = shipped.split("# Pinned at issue 14:")[0]
+    shipped = shipped.split("# Pinned reading:")[0]
     assert out.read_text() == shipped
 
 

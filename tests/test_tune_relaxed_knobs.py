@@ -1,4 +1,4 @@
-"""Relaxed paths of the knobs that had only a hard grid (issue 6): the wafer NI-Balancer
+"""Relaxed paths of the knobs that had only a hard grid: the wafer NI-Balancer
 trigger alpha (001 Eq. 2) through the gated wafer step, and AEP's decay delta (002 §3.4
 Algorithm 1) through Gaussian smoothing with an antithetic score-function estimator."""
 

@@ -167,7 +167,7 @@ CASES = [
     dict(mapping="er", tp=4, rows=4, cols=4, retain=False),
     dict(mapping="her", tp=2, kind="multi_wafer_mesh"),
     dict(mapping="baseline", tp=2, kind="multi_wafer_mesh"),
-    # the pre-issue-14 default, now a named alternative: cut-through, one-way rings
+    # the earlier default, now a named alternative: cut-through, one-way rings
     dict(mapping="er", tp=4, rows=4, cols=4, network="link_load", bidi=False),
 ]
 

@@ -1,5 +1,5 @@
 """Up-front memory estimate of a batch simulation: pick a chunk that fits, or refuse in one
-line before any work (issue 13: a 200 000-trace run ended in an out-of-memory traceback).
+line before any work (a 200 000-trace run must not end in an out-of-memory traceback).
 
 What a run holds, from shapes alone (no compile):
 - for the whole run, per trace: its two split keys (generator and engine, raw and typed) and

@@ -242,7 +242,7 @@ def pipeline_tail(drain, fill, stage):
     A pipeline of M micro-slices takes the sum of one micro-slice's stages plus (M - 1) x
     its longest stage. The fluid stream already lasts M x its bottleneck, so the tail is
     the stages of one micro-slice (fill + D2D chain + compute = `fill + drain`) less the
-    longest of them. Before issue 14 the fill was added in full after a DDR-bound stream,
+    longest of them. In the earlier reading the fill was added in full after a DDR-bound stream,
     which counted the first micro-slice's load twice; more control overhead then made a
     layer faster (the stream turned compute-bound, freed DDR bandwidth pre-loaded the next
     expert's first micro-slice, and the double-counted fill vanished).
