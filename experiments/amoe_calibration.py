@@ -1,4 +1,5 @@
-"""AMoE (002) calibration runs of docs/reproduction/amoe.md ("Calibration to what the paper measured").
+"""AMoE (002) calibration runs of docs/reproduction/amoe.md ("Calibration to what the paper
+measured").
 
     python experiments/amoe_calibration.py skew         # Fig. 4b: sync stall vs skew scale
     python experiments/amoe_calibration.py sensitivity  # ratio vs each calibrated value

@@ -59,7 +59,8 @@ class Overheads:
     attention_fixed_s: float = 100e-6
     page_table_s_per_token: float = 2e-6
     expert_fixed_s: float = 30e-6
-    # kernel efficiencies and message costs (calibrated in docs/reproduction/amoe.md; defaults = the plain roofline)
+    # kernel efficiencies and message costs (calibrated in docs/reproduction/amoe.md; defaults:
+    # the plain roofline)
     expert_efficiency: float = 1.0  # share of peak FLOPs the expert GEMM reaches (Fig. 3)
     attention_kv_reads: float = 1.0  # times the paged decode kernel streams the KV cache
     message_s: float = 0.0  # software cost of one point-to-point message (§3.5), on top
