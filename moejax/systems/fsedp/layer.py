@@ -175,11 +175,6 @@ def d2d_flows(cfg: FSEDPConfig, member, w):
     return flows
 
 
-def d2d_resources(cfg: FSEDPConfig) -> int:
-    """Number of D2D resources: one per die (sender, die) or per directed link (link)."""
-    return cfg.topo.num_links if cfg.d2d == "link" else cfg.num_devices
-
-
 def out_links(cfg: FSEDPConfig) -> np.ndarray:
     """[D, Lk] 0/1: directed link l leaves die d (link accounting's per-die D2D view)."""
     inc = cfg.topo.incidence()

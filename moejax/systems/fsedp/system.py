@@ -14,7 +14,6 @@ from flax import struct
 from moejax import relax
 from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
-from moejax.errors import ConfigError
 from moejax.system import System
 from moejax.systems import ep, metrics
 from moejax.systems.fsedp import buffering
@@ -188,10 +187,3 @@ def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
         m = max(m, float(min_microslices(cfg)))
     check_microslices(cfg, m)
     return build(cfg, num_iterations), FSEDPParams(num_microslices=jnp.float32(m))
-
-
-def config_for(platform: Platform, model: ModelSpec, ablation: str, **kw) -> FSEDPConfig:
-    """Shortcut used by the study: `make_config` with one of A1-A5."""
-    if ablation not in ABLATIONS:
-        raise ConfigError(f"ablation = {ablation!r}; allowed: {', '.join(ABLATIONS)}")
-    return make_config(platform, model, ablation=ablation, **kw)
