@@ -32,6 +32,7 @@ caller supplies, e.g. measured on a smaller full run); the output says so.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import _device  # benchmarks/_device.py: --device, environment line
@@ -39,7 +40,8 @@ import jax
 import numpy as np
 
 from moejax.catalog.models import load_model
-from moejax.systems.amoe import aep, reference, runner, serve
+from moejax.runner import engine
+from moejax.systems.amoe import aep, reference, rounds, rounds_io, serve
 
 
 def main() -> None:
@@ -87,9 +89,9 @@ def main() -> None:
     for n in args.streams:
         st = serve.streams(jax.random.key(0), num_streams=n, num_requests=args.requests,
                            rate_per_s=args.rate, workload="medium")
-        warm_up(system, params, st, args.chunk)
+        jax.block_until_ready(engine.simulate(system, params, st, jax.random.key(1)))  # compile
         t0 = time.perf_counter()
-        out = runner.run_streams(system, params, st, jax.random.key(1), chunk_steps=args.chunk)
+        out = engine.simulate(system, params, st, jax.random.key(1))
         jax.block_until_ready(out)
         dt = time.perf_counter() - t0
         ev = float(np.sum(out["events"]))
@@ -121,7 +123,7 @@ def partial(args) -> None:
     for n in args.streams:
         st = serve.streams(jax.random.key(0), num_streams=n, num_requests=args.requests,
                            rate_per_s=args.rate, workload="medium")
-        init, step_chunk, _ = runner._compiled(system, int(args.events))
+        init, step_chunk, _ = scan_chunks(system_cfg(model, args), int(args.events))
         keys = jax.random.split(jax.random.key(1), n)
         state, done = step_chunk(params, init(params, st, keys))  # compile + first chunk
         jax.block_until_ready(state)
@@ -173,7 +175,7 @@ def core_vs_jax(args) -> None:
     print(f"cpu core    streams=   1 requests={args.requests}: {ev} events in {dt:.2f} s wall "
           f"({ct:.2f} CPU-s): {ev / dt:12.0f} events/s wall, {ev / ct:12.0f} per CPU-s")
     n = int(args.events or 4096)
-    init, step_chunk, _ = runner._compiled(system, n)
+    init, step_chunk, _ = scan_chunks(cfg, n)
     keys = jax.random.split(jax.random.key(1), 1)
     state, _ = step_chunk(params, init(params, st, keys))  # compile + first chunk
     jax.block_until_ready(state)
@@ -194,7 +196,7 @@ def rounds_vs_all(args) -> None:
     `--chunk-rounds` rounds after as many to warm up) and the old scan path (`--events`
     events), on stream 0 of the same batch; wall and CPU time (CPU time is the fair
     measure on a loaded machine)."""
-    from moejax.systems.amoe import rounds, steady
+    from moejax.systems.amoe import steady
 
     model = load_model("mixtral-8x7b")
     cfg = system_cfg(model, args)
@@ -233,7 +235,7 @@ def rounds_vs_all(args) -> None:
         runs.append((int(res["events"]), dt, ct))
     show("cpu core", runs, "(whole stream)")
     for n in (1, t_) if t_ > 1 else (1,):
-        spec, cs, rst = rounds.from_aep(cfg, one if n == 1 else st, keys[:n], decay)
+        spec, cs, rst = rounds_io.from_aep(cfg, one if n == 1 else st, keys[:n], decay)
         ini, adv = rounds.compiled(spec, batched=n > 1)  # one stream: its own compilation
         if n == 1:
             rst = jax.tree_util.tree_map(lambda x: x[0], rst)
@@ -249,7 +251,7 @@ def rounds_vs_all(args) -> None:
         show(f"rounds x{n}", runs, f"({r} rounds, {ev / max(r, 1) / n:.1f} events per "
              f"round per stream, C = {spec.slots})")
     m = int(args.events or 4096)
-    init, step_chunk, _ = runner._compiled(system, m)
+    init, step_chunk, _ = scan_chunks(cfg, m)
     state, _ = step_chunk(params, init(params, one, keys[:1]))  # compile + first chunk
     jax.block_until_ready(state)
     e0 = e_start = int(np.asarray(state.events).sum())
@@ -271,9 +273,7 @@ def rounds_vs_all(args) -> None:
 def whole(args, rates, system, params, cfg, one, keys, decay) -> None:
     """Stream 0 start to end on the old scan path and on the rounds path (one-stream
     compilation), compile excluded: no window, so no choice of where in the stream to time."""
-    from moejax.systems.amoe import rounds
-
-    spec, cs, rst = rounds.from_aep(cfg, one, keys[:1], decay)
+    spec, cs, rst = rounds_io.from_aep(cfg, one, keys[:1], decay)
     rst = jax.tree_util.tree_map(lambda x: x[0], rst)
     ini, adv = rounds.compiled(spec)
     jax.block_until_ready(adv(cs, rst, ini(rst), 10))  # compile
@@ -282,9 +282,9 @@ def whole(args, rates, system, params, cfg, one, keys, decay) -> None:
     print(f"rounds x1 whole  {ev_r:9d} events {dt:8.2f} s wall {ct:8.2f} CPU-s: "
           f"{ev_r / dt:10.0f} events/s wall {ev_r / ct:10.0f} per CPU-s "
           f"({int(s.rounds)} rounds)")
-    warm_up(system, params, one, args.chunk)
-    out, odt, oct_ = _timed(lambda: runner.run_streams(system, params, one, keys=keys[:1],
-                                                       chunk_steps=args.chunk, backend="scan"))
+    scan = aep.build(cfg, num_steps=args.chunk)  # the old path: one event per engine step
+    engine.simulate(scan, params, one, keys=keys[:1])  # compile
+    out, odt, oct_ = _timed(lambda: engine.simulate(scan, params, one, keys=keys[:1]))
     ev_o = int(np.sum(out["events"]))
     print(f"old path whole   {ev_o:9d} events {odt:8.2f} s wall {oct_:8.2f} CPU-s: "
           f"{ev_o / odt:10.0f} events/s wall {ev_o / oct_:10.0f} per CPU-s")
@@ -301,12 +301,11 @@ def _timed(fn, *args):
     return out, time.perf_counter() - t0, time.process_time() - c0
 
 
-def warm_up(system, params, st, chunk: int) -> None:
-    """Compile init / chunk / finish for these shapes (one chunk run, discarded)."""
-    init, step_chunk, finish = runner._compiled(system, int(chunk))
-    keys = jax.random.split(jax.random.key(1), int(np.shape(st.arrival_s)[0]))
-    state, _ = step_chunk(params, init(params, st, keys))
-    jax.block_until_ready(finish(params, state))
+def scan_chunks(cfg, events: int):
+    """(init(params, streams, keys), chunk(params, state) -> (state, done), finish) of the
+    one-event-per-step path (`aep.build`), `events` events per chunk (an engine segment)."""
+    init, chunk, finish = engine.until_done_program(aep.build(cfg, num_steps=int(events)))
+    return (lambda p, st, keys: init(p, st, jax.random.key_data(keys))), chunk, finish
 
 
 def system_cfg(model, args):
@@ -317,8 +316,6 @@ def system_cfg(model, args):
     pol = load_policy(args.policy)
     opts = dict(pol.options)
     opts["top_k"] = args.top_k
-    import dataclasses
-
     t = dataclasses.replace(pol, options=tuple(sorted(opts.items()))).options_table()
     o, _, use_mqa, top_k = amoe_policy._aep_options(t)
     return aep.make_config(serve.platform("a100x8-nvswitch"),

@@ -5,7 +5,7 @@
     python3 benchmarks/bench_backends.py --device gpu            # on a machine with a GPU
 
 Run it once with `--device cpu` on the 2-core machine and once with `--device gpu` the same
-day; the ratio of the two rates is the GPU's speed-up (issue 18). Each size is compiled
+day; the ratio of the two rates is the GPU's speed-up. Each size is compiled
 first (the compile is timed and printed apart), then timed `--repeat` times: the fastest
 repeat is kept, in wall time after `block_until_ready`, with the CPU time of the process
 (`time.process_time`, every thread) of that repeat beside it: on a shared CPU machine the
@@ -35,6 +35,7 @@ from moejax.catalog.hardware import load_platform
 from moejax.catalog.models import load_model, with_overrides
 from moejax.runner import engine
 from moejax.systems import ep, fsedp
+from moejax.systems.wafer import config as wconfig
 from moejax.systems.wafer import system as ws
 from moejax.trace import from_counts, gen
 
@@ -95,10 +96,10 @@ def systems(names):
         yield "fsedp", fsedp.build(cfg, 1), fsedp.default_params(cfg), lambda n: routed(q3, n)
     if "wafer" in names:
         big = with_overrides(load_model("qwen3-235b-a22b"), weight_bytes=1.0)
-        cfg = ws.make_config(load_platform("wsc-8x8"), big, mapping="er", tp_size=4,
-                             network="eq1", bidirectional_rings=True)
+        cfg = wconfig.make_config(load_platform("wsc-8x8"), big, mapping="er", tp_size=4,
+                                  network="eq1", bidirectional_rings=True)
         g = cfg.mapping.num_groups
-        yield "wafer", ws.build(cfg, 1), ws.default_params(cfg), \
+        yield "wafer", ws.build(cfg, 1), wconfig.default_params(cfg), \
             lambda n: counts_only(big, g, n)
 
 

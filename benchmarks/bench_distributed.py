@@ -98,9 +98,9 @@ def main():
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--save", help=argparse.SUPPRESS)
     _device.add_argument(ap)
-    from moejax.runner import distributed
+    from moejax.cli.args import add_distributed_arguments
 
-    distributed.add_arguments(ap)
+    add_distributed_arguments(ap)
     args = ap.parse_args()
     if args.worker:
         return worker(args)

@@ -1,4 +1,4 @@
-"""Rate and peak memory of `moejax simulate --stream` against the in-memory run (issue 18).
+"""Rate and peak memory of `moejax simulate --stream` against the in-memory run.
 
     .venv/bin/python benchmarks/bench_stream.py [--traces 1000000] [--tokens 256]
 

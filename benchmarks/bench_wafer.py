@@ -27,6 +27,9 @@ from moejax.catalog.hardware import load_platform
 from moejax.catalog.models import load_model, with_overrides
 from moejax.physics import eq1
 from moejax.runner import engine
+from moejax.systems.wafer import allreduce as wallreduce
+from moejax.systems.wafer import config as wconfig
+from moejax.systems.wafer import layer as wlayer
 from moejax.systems.wafer import mapping as mp
 from moejax.systems.wafer import system as ws
 from moejax.trace import from_counts, gen
@@ -53,7 +56,7 @@ def numpy_layer_eq1(cfg, placement, counts, ar_phases):
     t_exp = np.maximum(tok * m.expert_flops_per_token / dev.flops(cfg.expert_dtype),
                        (tok > 0) * m.expert_weight_bytes / dev.memory_Bps).sum(0).max()
     n_tok = counts.sum() / m.top_k
-    att = float(ws.attention_s(cfg, n_tok, 0.0))
+    att = float(wlayer.attention_s(cfg, n_tok, 0.0))
     best = np.inf
     for mb in cfg.micro_batches:
         ar = sum(steps * (lambda b, la: (b / mb + la).max())(*eq1_ports(cfg, raw * n_tok))
@@ -87,7 +90,7 @@ def numpy_layer(cfg, inc, placement, counts, ar_phases):
         loads = np.einsum("sd,sdl->l", pattern * vol / g, inc)
         ar_b += steps * (loads / bw).max()
         ar_l += steps * (cfg.topo.path_latency_s * (pattern > 0)).max()
-    att = float(ws.attention_s(cfg, n_tok, 0.0))
+    att = float(wlayer.attention_s(cfg, n_tok, 0.0))
     best = np.inf
     for mb in cfg.micro_batches:
         a = [att / mb, ar_b / mb + ar_l]
@@ -114,15 +117,15 @@ def main():
     _device.select(args.device)
 
     model = with_overrides(load_model(args.model), weight_bytes=1.0)
-    cfg = ws.make_config(load_platform(args.hardware), model, mapping=args.mapping,
-                         tp_size=args.tp, network=args.network,
-                         bidirectional_rings=args.network == "eq1")
-    params = ws.default_params(cfg)
+    cfg = wconfig.make_config(load_platform(args.hardware), model, mapping=args.mapping,
+                              tp_size=args.tp, network=args.network,
+                              bidirectional_rings=args.network == "eq1")
+    params = wconfig.default_params(cfg)
     sysm = ws.build(cfg, 1)
     n = cfg.mapping.num_groups * 256
     inc = cfg.topo.incidence()
     ar = []
-    for steps, step in ws.allreduce_phases(cfg, 1.0):
+    for steps, step in wallreduce.allreduce_phases(cfg, 1.0):
         pattern = (np.asarray(step) > 0).astype(np.float32)
         # eq1: the step's traffic per token (1/g of the group's hidden states, halves each way)
         ar.append((steps, pattern, cfg.mapping.groups.shape[1], np.asarray(step, np.float64)))

@@ -1,4 +1,5 @@
-"""AMoE (002) calibration runs of docs/reproduction/amoe.md (issue 15 part 3).
+"""AMoE (002) calibration runs of docs/reproduction/amoe.md ("Calibration to what the paper
+measured").
 
     python experiments/amoe_calibration.py skew         # Fig. 4b: sync stall vs skew scale
     python experiments/amoe_calibration.py sensitivity  # ratio vs each calibrated value
@@ -15,7 +16,7 @@ import numpy as np
 
 from moejax.reproduce import steady_amoe as S
 from moejax.systems.amoe.config import FIG3_EXPERT_EFFICIENCY, attention_seconds
-from moejax.trace.gen import WORKLOADS
+from moejax.trace.requests import WORKLOADS
 
 AEP_VARIANTS = {
     "calibrated": {},

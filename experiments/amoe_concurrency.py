@@ -20,7 +20,8 @@ import jax
 import numpy as np
 
 from moejax.catalog.models import load_model
-from moejax.systems.amoe import runner, serve
+from moejax.runner import engine
+from moejax.systems.amoe import serve
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--blocks", type=int, default=4)
@@ -41,7 +42,7 @@ for r in a.requests:
         st = serve.streams(jax.random.key(0), num_streams=1, num_requests=r,
                            rate_per_s=a.rate, workload=a.workload)
         t0 = time.perf_counter()
-        out = runner.run_streams(system, params, st, jax.random.key(1), chunk_steps=4096)
+        out = engine.simulate(system, params, st, jax.random.key(1))
         out = jax.tree_util.tree_map(np.asarray, out)
         batch = out.get("mean_expert_batch", out.get("mean_batch"))[0]
         res[pol] = float(out["throughput_tok_s"][0])

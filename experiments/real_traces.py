@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from moejax.output.results import atomic_write_json
-from moejax.trace import analysis, fit, importers, summary
+from moejax.trace import analysis, figure, fit, importers, summary
 
 DOMAINS = ("arxiv", "book", "c4", "github", "wikipedia")
 
@@ -67,14 +67,14 @@ def main(argv=None) -> int:
     img = Path(args.out) / "img"
     img.mkdir(parents=True, exist_ok=True)
     key = jax.random.key(0)
-    if args.replot:  # issue 13: figures redrawn without the minutes of fitting
+    if args.replot:  # figures redrawn without the minutes of fitting
         done = json.loads((img / "real_traces.json").read_text(encoding="utf-8"))
         recs = recordings(Path(args.traces))
         for name, entry in done.items():
             if "fit" in entry and name in recs:
                 tr, meta = recs[name]()
-                analysis.plot(tr, img / f"traces_{name}.png", meta, title=name,
-                              fitted=fitted_profiles(entry["fit"], tr, key))
+                figure.plot_analysis(tr, img / f"traces_{name}.png", meta, title=name,
+                                     fitted=fitted_profiles(entry["fit"], tr, key))
                 print(f"redrew {img / f'traces_{name}.png'}")
         return 0
     results = {}
@@ -106,7 +106,8 @@ def main(argv=None) -> int:
         entry["fit"] = res
         print(fit.format_fit(res))
         prof = fitted_profiles(res, tr, key)
-        analysis.plot(tr, img / f"traces_{name}.png", meta, title=name, fitted=prof)
+        figure.plot_analysis(tr, img / f"traces_{name}.png", meta, title=name,
+                             fitted=prof)
         results[name] = entry
     atomic_write_json(img / "real_traces.json", results)
     print(f"wrote {img / 'real_traces.json'} and {len(recs)} plots")

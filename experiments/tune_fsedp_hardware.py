@@ -7,12 +7,12 @@ power budget of 000 §VI-D Eq. (1)-(2), and compare with a hard grid over the sa
 000 §VI-D, Fig. 16: qwen3-30b-a3b, 64 input tokens, on the 2x2 package; die area <= 30 mm^2
 (Eq. (1)), package power <= 60 W (Eq. (2)); the star is the test chip (25.6 GB/s DDR per die,
 288 GB/s D2D; 8 MiB buffer per die is this project's platform assumption). The paper gives
-no area or energy coefficient: those of `moejax.tune.hardware.ChipletBudget` are OUR
+no area or energy coefficient: those of `moejax.systems.fsedp.budget.ChipletBudget` are OUR
 assumptions (sources in that file), so the optimum found here is the optimum of this cost
 model, not a reproduction of Fig. 16. Base policy `fsedp-paired` (A3, the paper's main
 configuration). Loss = mean held-in MoE-layer latency (ms) + the exact penalty of Eq.
 (1)-(2); the knobs start at the platform's values and move in log space inside the box of
-`moejax.tune.hardware`; the rounded result is projected onto the budget if it ends a hair
+`moejax.systems.fsedp.budget`; the rounded result is projected onto the budget if it ends a hair
 outside. Grid: GRID geometric points per knob over the same box, only points within Eq.
 (1)-(2); the grid optimum is chosen on the training traces and reported on the held-out
 ones, like the tuned point. Outputs (under --plots): loss.png, latency.png (held-out
@@ -37,9 +37,9 @@ import numpy as np  # noqa: E402
 
 from moejax.output.results import atomic_write_json  # noqa: E402
 from moejax.runner import engine  # noqa: E402
+from moejax.systems.fsedp.budget import MiB  # noqa: E402
 from moejax.tune import TuneConfig  # noqa: E402
 from moejax.tune import loop as tl  # noqa: E402
-from moejax.tune.hardware import MiB  # noqa: E402
 
 HW = ("weight_buffer_bytes", "ddr_Bps", "link_Bps")
 SHIPPED = TuneConfig(system="fsedp", hardware="chiplet-2x2", model="qwen3-30b-a3b",

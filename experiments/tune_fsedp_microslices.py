@@ -5,7 +5,7 @@
         --export policies/fsedp-tuned-qwen3-30b-a3b-chiplet-2x2.toml
 
 000 §VI-D: latency vs micro-slice count first improves, then worsens. The count is an
-integer knob (`moejax.tune.params.IntegerKnob`) that FSE-DP reads through relax.round; the
+integer knob (`moejax.tunable.IntegerKnob`) that FSE-DP reads through relax.round; the
 held-out evaluation covers every integer in the knob's range (the exhaustive grid), so the
 tuned value can be checked against the grid optimum (within 5% is the issue's bar).
 """

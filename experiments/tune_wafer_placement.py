@@ -5,7 +5,7 @@
 
 qwen3-30b-a3b (128 experts) on the wsc-4x4 wafer (16 dies, 8 experts per die), baseline
 mapping policy `ep-baseline-map-link-load` (`ep-baseline-map` pinned to the cut-through
-network it was tuned under, issue 14), through the wafer system's own relaxation (a soft row
+network it was tuned under), through the wafer system's own relaxation (a soft row
 is a split expert). The evaluation is hard mode on held-out traces; the export writes the
 wafer policy's explicit `placement` list.
 """

@@ -39,12 +39,13 @@ excluded: `moejax reproduce balancing` charges it).
 
 from __future__ import annotations
 
-import argparse
-
 import jax
 import numpy as np
 
+from moejax import api
 from moejax.errors import ConfigError
+from moejax.trace import gen
+from moejax.trace.core import Trace
 
 COLUMNS = ("policy", "system", "hardware", "model", "num_tokens", "tokens_per_device",
            "moe_layer_ms_mean", "moe_layer_ms_p50", "moe_layer_ms_p99", "comm_ms_mean",
@@ -66,9 +67,6 @@ def traces_for(model, tokens, *, trace_gen: str, traces: int, iterations: int, l
     tokens per iteration, whose k choices are drawn from the generator's popularity (one per
     trace, fixed over its iterations); one shape for every batch size, so each policy is
     one compiled call."""
-    from moejax.trace import gen
-    from moejax.trace.core import Trace
-
     spec = gen.parse_spec(trace_gen)
     keys = jax.random.split(jax.random.key(seed), len(tokens) * traces)
     pop = np.stack([np.asarray(gen.popularity(spec, k, iterations=iterations, layers=layers,
@@ -88,9 +86,8 @@ def traces_for(model, tokens, *, trace_gen: str, traces: int, iterations: int, l
 def table(hardware: str, model: str, policies, tokens, *, trace_gen: str = "powerlaw:alpha=1.2",
           traces: int = 8, layers: int = 1, iterations: int = 2, seed: int = 0,
           vocab_size: int = 0) -> dict[str, list]:
-    """The latency table as columns (see the module docstring)."""
-    from moejax import api
-
+    """The latency table as columns (see the module docstring); `moejax.cli.export` is the
+    command."""
     if not tokens or any(isinstance(t, bool) or not isinstance(t, int) or t < 1
                          for t in tokens):
         raise ConfigError(f"tokens = {tokens!r}; allowed: integers >= 1")
@@ -126,55 +123,3 @@ def table(hardware: str, model: str, policies, tokens, *, trace_gen: str = "powe
             for c in COLUMNS:
                 cols[c].append(row[c])
     return cols
-
-
-def _tokens(s: str) -> list[int]:
-    try:
-        out = [int(x) for x in s.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated integers expected") from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"{s!r}: integers >= 1 expected")
-    return out
-
-
-def add_export_parser(sub, positive_int) -> argparse.ArgumentParser:
-    """`moejax export latency-table ...` (registered by moejax.cli.main)."""
-    e = sub.add_parser("export", help="export moejax's models for other tools")
-    esub = e.add_subparsers(dest="export_cmd", required=True)
-    t = esub.add_parser("latency-table", help="MoE layer latency vs batch tokens per policy, "
-                        "a CSV for request-level serving simulators (Vidur, SplitwiseSim)")
-    t.add_argument("--hardware", required=True)
-    t.add_argument("--model", required=True)
-    t.add_argument("--policy", default="ep", help="comma-separated policies, e.g. ep,eplb")
-    t.add_argument("--tokens", type=_tokens, default=[64, 256, 1024, 4096, 16384],
-                   help="comma-separated batch sizes (tokens per iteration)")
-    t.add_argument("--trace-gen", default="powerlaw:alpha=1.2")
-    t.add_argument("--traces", type=positive_int, default=8)
-    t.add_argument("--layers", type=positive_int, default=1)
-    t.add_argument("--iterations", type=positive_int, default=2,
-                   help="iterations measured (after a re-planning policy's window)")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--vocab-size", type=int, default=0,
-                   help="written to Vidur's vocab_size column (match your Vidur model config)")
-    t.add_argument("--out", required=True, help="CSV file")
-    t.set_defaults(fn=run_cli)
-    return e
-
-
-def run_cli(args) -> int:
-    from pathlib import Path
-
-    from moejax.output.results import atomic_write_csv
-
-    out = Path(args.out)
-    if out.suffix != ".csv":
-        raise ConfigError(f"--out {out}: must end in .csv")
-    cols = table(args.hardware, args.model, [p.strip() for p in args.policy.split(",")
-                                             if p.strip()], args.tokens,
-                 trace_gen=args.trace_gen, traces=args.traces, layers=args.layers,
-                 iterations=args.iterations, seed=args.seed, vocab_size=args.vocab_size)
-    atomic_write_csv(out, {k: np.asarray(v) for k, v in cols.items()})
-    print(f"wrote {out}: {len(cols['policy'])} rows ({', '.join(sorted(set(cols['policy'])))} "
-          f"x {len(args.tokens)} batch sizes)")
-    return 0

@@ -5,6 +5,7 @@ and to `reference.py`), and rules (the per-execution logs of `reference.py`)."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 
 import jax
@@ -14,15 +15,16 @@ import pytest
 from conftest import make_model, make_platform
 
 from moejax.errors import ConfigError
-from moejax.systems.amoe import aep, reference, routing, runner, schedulers, steady, sync
-from moejax.trace.gen import request_stream
+from moejax.runner import engine
+from moejax.systems.amoe import aep, paths, reference, routing, schedulers, steady, sync
+from moejax.trace.requests import request_stream
 
 R = 10
 
 
 @functools.cache
 def _system(cfg):
-    return aep.build(cfg)
+    return paths.build(cfg)
 
 
 @functools.cache
@@ -45,10 +47,9 @@ def _streams(n=2, rate=3000.0, seed=1):
 
 
 def _run(cfg, st, decay=0.5, key=2):
-    params = aep.AEPParams(decay=jnp.float32(decay))
+    params = paths.params(cfg, decay)
     keys = jax.random.split(jax.random.key(key), st.arrival_s.shape[0])
-    out, state = runner.run_streams(_system(cfg), params, st, chunk_steps=128,
-                                    return_state=True, keys=keys)
+    out, state = engine.simulate(_system(cfg), params, st, keys=keys, return_state=True)
     return out, state, keys
 
 
@@ -179,7 +180,7 @@ def test_throughput_below_roofline(which):
         out, _, _ = _run(cfg, st)
         gpus = len(set(cfg.expert_gpus))
     else:
-        out = runner.run_streams(_sync_system(), sync.SyncParams(), st, chunk_steps=64)
+        out = engine.simulate(_sync_system(), sync.SyncParams(), st)
         gpus = cfg.num_devices
     per_token = cfg.num_blocks * cfg.model.top_k * float(cfg.cost.exp_comp)
     bound = gpus / per_token
@@ -195,8 +196,8 @@ def test_vmap_equals_per_stream_runs():
     assert len(set(map(tuple, np.asarray(out["completion_tick"])))) == 2  # streams differ
     for i in range(2):
         one = jax.tree_util.tree_map(lambda x, i=i: x[i:i + 1], st)
-        o1, s1 = runner.run_streams(_system(cfg), aep.AEPParams(), one, chunk_steps=128,
-                                    keys=keys[i:i + 1], return_state=True)
+        o1, s1 = engine.simulate(_system(cfg), paths.params(cfg), one, keys=keys[i:i + 1],
+                                 return_state=True)
         np.testing.assert_array_equal(o1["completion_tick"][0], out["completion_tick"][i])
         np.testing.assert_array_equal(np.asarray(s1.busy[0]), np.asarray(state.busy[i]))
         assert int(o1["events"][0]) == int(out["events"][i])
@@ -206,7 +207,7 @@ def test_step_jit_equals_nojit():
     """The event step gives bit-identical states with and without jit (a few events)."""
     cfg = _cached_setup()
     st = jax.tree_util.tree_map(lambda x: x[0], _streams(1, rate=1e5))
-    system = _system(cfg)
+    system = aep.build(cfg)  # the event step (path "scan")
     p = aep.AEPParams()
     a = b = system.init(p, st, jax.random.key(0))
     jstep = jax.jit(system.step)
@@ -251,7 +252,7 @@ def test_routing_distinct_and_follows_popularity():
 def test_sync_conservation_and_running_limit():
     cfg = _cached_setup()
     st = _streams(2, rate=1e5)  # the roofline test's system (max_running = 1), compiled once
-    out = runner.run_streams(_sync_system(), sync.SyncParams(), st, chunk_steps=64)
+    out = engine.simulate(_sync_system(), sync.SyncParams(), st)
     assert bool(np.all(out["all_done"]))
     np.testing.assert_array_equal(out["output_tokens"], np.asarray(st.output_len).sum(1))
     assert (np.asarray(out["mean_batch"]) <= cfg.num_devices).all()
@@ -268,3 +269,25 @@ def test_bad_input_names_field():
     with pytest.raises(ConfigError, match="max_running"):
         cfg = _setup()
         sync.make_config(cfg.platform, cfg.model, max_running=-1)
+
+
+def test_paths_equal_event_for_event():
+    """The AEP policies' option `path`: the rounds path (default), the exact numba core (one
+    engine step per stream, a host callback) and the one-event-per-step scan give the same
+    metrics through the engine (the core records no queue-depth series: NaN)."""
+    cfg = _cached_setup()
+    st = _streams(2)
+    keys = jax.random.split(jax.random.key(2), 2)
+    outs = {}
+    for path in aep.PATHS:
+        c = dataclasses.replace(cfg, path=path)
+        outs[path] = engine.simulate(paths.build(c), paths.params(c, 0.7), st, keys=keys)
+    for path in ("core", "scan"):
+        for k, v in outs["rounds"].items():
+            got = np.asarray(outs[path][k])
+            if path == "core" and k == "queue_depth":
+                assert np.isnan(got).all()
+                continue
+            np.testing.assert_array_equal(got, np.asarray(v), err_msg=f"{path}: {k}")
+    with pytest.raises(ConfigError, match="path = 'bogus'; allowed: rounds, core, scan"):
+        _setup(path="bogus")

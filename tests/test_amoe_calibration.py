@@ -1,4 +1,4 @@
-"""AMoE (002) calibration inputs (issue 15 part 3) and the K / delta tuning rule (part 4):
+"""AMoE (002) calibration inputs and the K / delta tuning rule:
 each calibrated value reaches the cost it names, and only that cost."""
 
 from __future__ import annotations

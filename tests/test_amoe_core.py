@@ -6,14 +6,14 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import make_model, make_platform
 
-from moejax.systems.amoe import aep, reference, runner, steady
+from moejax.runner import engine
+from moejax.systems.amoe import aep, paths, reference, steady
 from moejax.systems.amoe.config import BIG_TICK
-from moejax.trace.gen import request_stream
+from moejax.trace.requests import request_stream
 
 R = 10
 
@@ -35,8 +35,8 @@ def _stream():
 def _jax_run(kind, top_k, scheduler):
     cfg = _cfg(kind, top_k, scheduler)
     st, keys = _stream()
-    out, state = runner.run_streams(aep.build(cfg), aep.AEPParams(decay=jnp.float32(0.5)), st,
-                                    chunk_steps=128, return_state=True, keys=keys)
+    out, state = engine.simulate(paths.build(cfg), paths.params(cfg, 0.5), st, keys=keys,
+                                 return_state=True)
     return jax.tree_util.tree_map(np.asarray, out), jax.tree_util.tree_map(np.asarray, state)
 
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from conftest import make_model, make_platform
 
-from moejax.systems.amoe import aep, core, rounds, steady
-from moejax.trace.gen import request_stream
+from moejax.systems.amoe import aep, core, rounds, rounds_io, rounds_ops, steady
+from moejax.trace.requests import request_stream
 
 R = 12
 SCHEDS = ("defrag", "mtfs", "flfs")
@@ -89,7 +89,7 @@ def _prepare(runs):
     r = max(len(a[0]) for _, _, a, _ in runs)
     c = max(a[33] for _, _, a, _ in runs)  # conc_cap
     tb = max(len(a[31]) for _, _, a, _ in runs)
-    prepared = [rounds.prepare(*a[:31], np.zeros(tb, np.int64), *a[32:], sched_per_stream=True,
+    prepared = [rounds_io.prepare(*a[:31], np.zeros(tb, np.int64), *a[32:], sched_per_stream=True,
                                requests=r, slots=c, closed_spec=True, compact=COMPACT)
                 for _, _, a, _ in runs]
     spec = prepared[0][0]
@@ -103,7 +103,7 @@ def _prepare(runs):
 def _result(spec, s, st, args):
     tok = np.zeros(spec.tok_bins, np.int64)
     hist = np.zeros_like(args[32])
-    res = dict(zip(OUT, rounds.unpack(spec, s, st, tok, hist), strict=True))
+    res = dict(zip(OUT, rounds_io.unpack(spec, s, st, tok, hist), strict=True))
     res["complete"] = np.where(res["complete"] >= core.BIG, steady.BIG_TICK, res["complete"])
     res["admitted"] = np.where(res["admitted"] >= core.BIG, steady.BIG_TICK, res["admitted"])
     return {**res, "tok_bins": tok[:len(args[31])], "itl_hist": hist}
@@ -192,14 +192,14 @@ def test_float_arithmetic_jit_equals_nojit_and_core():
     """Durations and Algorithm 1 scores: jit == eager == the core's float32 (numba/numpy).
 
     XLA:CPU contracts x + a * b into a fused multiply-add under jit; at n = 11, ctx = 160
-    that once moved an attention launch from 152 to 151 ticks (`rounds._mul`).
+    that once moved an attention launch from 152 to 151 ticks (`rounds_ops._mul`).
     """
     cfg = _cfg("switch", 1, "defrag")
     cost = np.asarray(steady._cost(cfg), np.float32)
     n = np.arange(1, 400, dtype=np.int32)
     ctx = (n * 14.5 + 3).astype(np.int32)
     one = np.int32(0)  # Consts.zero
-    f = functools.partial(rounds._layer_ticks, cost)
+    f = functools.partial(rounds_ops._layer_ticks, cost)
     for is_att in (True, False):
         got = np.asarray(jax.jit(f)(n, ctx, is_att, one))
         with jax.disable_jit():
@@ -211,9 +211,9 @@ def test_float_arithmetic_jit_equals_nojit_and_core():
     spec = rounds.Spec(num_blocks=5, top_k=1, num_ranks=1, num_devices=2, num_units=4,
                        slots=1, requests=1, sched=0, lookahead=3, tok_bins=1, itl_bins=1)
     q = np.random.default_rng(0).integers(0, 9, (5, 4)).astype(np.int32)
-    local, _, nloc = rounds.local_units([0, 0, 1, 1], 2)  # GPU 0: units 0, 1; GPU 1: 2, 3
+    local, _, nloc = rounds_ops.local_units([0, 0, 1, 1], 2)  # GPU 0: units 0, 1; GPU 1: 2, 3
     qm = np.concatenate([q, np.zeros((5, 1), np.int32)], 1)[:, local].transpose(1, 0, 2)
-    sel = functools.partial(rounds._select, spec)
+    sel = functools.partial(rounds_ops._select, spec)
     for decay in (0.3, 0.7, 0.9):
         a = jax.jit(sel)(qm, nloc, np.float32(decay), one, np.int32(0))
         with jax.disable_jit():

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from moejax.cli import main as cli
+from moejax.cli import reproduce as reproduce_cli
 from moejax.cli.main import main
 
 
@@ -106,6 +106,6 @@ def test_console_script_runs_and_exits_2_on_error():
 
 
 def test_reproduce_table_abridges_nested_claim_values():
-    assert cli._brief({"gain": 0.123456, "per": {"a": 1}}) == "gain: 0.123\nper: {...}"
-    assert cli._brief([1.0, 2.5, 3, 4, 5, 6, 7]) == "[1, 2.5, 3, 4, 5, 6, ...]"
-    assert cli._brief(True) == "True"
+    assert reproduce_cli._brief({"gain": 0.123456, "per": {"a": 1}}) == "gain: 0.123\nper: {...}"
+    assert reproduce_cli._brief([1.0, 2.5, 3, 4, 5, 6, 7]) == "[1, 2.5, 3, 4, 5, 6, ...]"
+    assert reproduce_cli._brief(True) == "True"

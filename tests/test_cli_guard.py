@@ -1,4 +1,4 @@
-"""A new user's path through the CLI (issue 13): output paths checked before any work, a
+"""A new user's path through the CLI: output paths checked before any work, a
 reproduce run that Ctrl-C leaves without a partial --out, honest --help."""
 
 from __future__ import annotations

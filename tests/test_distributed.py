@@ -245,10 +245,10 @@ def test_two_process_tune_averages_gradients_and_process_0_alone_writes(tune_one
     every batch, averaged by an all-gather; the run follows the single-process one (the mean
     of two half-batch means is the batch mean, to float rounding) and only process 0 writes
     checkpoints and summary.json."""
-    from moejax.tune import loop
+    from moejax.tune import restore
 
-    _, one = loop.restore(tune_one)
-    _, two = loop.restore(two_done / "tune0")
+    _, one = restore(tune_one)
+    _, two = restore(two_done / "tune0")
     assert two.step == one.step == 3
     np.testing.assert_allclose(two.history, one.history, rtol=1e-5)
     for k in one.raw:  # adam's first steps amplify float rounding of small gradients
@@ -262,9 +262,9 @@ def test_parallel_open_run_restores_what_the_local_one_does(tune_one):
     """The multi-process resume path (process 0 restores, broadcasts), in one process."""
     import jax
 
-    from moejax.tune import TuneConfig, loop, parallel
+    from moejax.tune import TuneConfig, loop, parallel, restore
 
-    cfg = loop.restore(tune_one)[0].cfg
+    cfg = restore(tune_one)[0].cfg
     prob = loop.build_problem(cfg)
     raw = loop.initial_raw(prob)
     a = loop.open_run(cfg, tune_one, True, raw, prob.optimizer.init(raw))

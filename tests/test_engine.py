@@ -97,3 +97,33 @@ def test_resident_batch_is_sliced_on_its_device_with_the_same_results(monkeypatc
     dev = engine.simulate(system, params, tr, chunk_size=2, progress=False)
     for k in host:
         np.testing.assert_array_equal(np.asarray(dev[k]), np.asarray(host[k]), err_msg=k)
+
+
+def _counter(num_steps: int) -> engine.System:
+    """A system run until done: member t counts up by params until its input target."""
+    import jax.numpy as jnp
+
+    def finish(p, s, outs):
+        assert outs is None  # segments of unknown number: no stacked outputs
+        return {"n": s["n"]}
+
+    return engine.System(
+        "count", init=lambda p, x, key: {"n": jnp.int32(0), "target": x},
+        step=lambda p, s, t: ({"n": s["n"] + p, "target": s["target"]}, None),
+        finish=finish, num_steps=num_steps, is_done=lambda s: s["n"] >= s["target"])
+
+
+def test_run_until_done_in_segments_with_per_member_params():
+    """A system with `is_done` runs segments of `num_steps` steps until every member is
+    done, with the same result for every segment length; a done member is frozen; params
+    may carry the batch axis; a member not done after `max_steps` is one error."""
+    targets = np.array([0, 3, 10, 7], np.int32)
+    for num_steps in (1, 4, 64):
+        out = engine.simulate(_counter(num_steps), np.int32(1), targets)
+        np.testing.assert_array_equal(np.asarray(out["n"]), targets)
+    out, state = engine.simulate(_counter(4), np.array([1, 2, 3, 4], np.int32), targets,
+                                 params_batched=True, return_state=True)
+    np.testing.assert_array_equal(np.asarray(out["n"]), [0, 4, 12, 8])
+    np.testing.assert_array_equal(np.asarray(state["target"]), targets)
+    with pytest.raises(MoejaxError, match="max_steps = 4"):
+        engine.simulate(_counter(2), np.int32(1), targets, max_steps=4)

@@ -179,3 +179,4 @@ def test_replicated_placement_matches_reference():
     ref = ep_reference.layer_latency(cfg, params.placement, tr.expert_ids, tr.token_mask,
                                      tr.counts)
     np.testing.assert_allclose(np.asarray(out["latency_s"]), ref, rtol=2e-5)
+

@@ -115,19 +115,20 @@ def test_capacity_check_names_the_device():
 def test_eplb_plan_as_wafer_params():
     from conftest import make_model, make_platform
 
-    from moejax.systems.wafer import system as wafer
+    from moejax.systems.wafer import config as wconfig
+    from moejax.systems.wafer import traffic as wtraffic
     from moejax.systems.wafer.placement import wafer_params
 
-    cfg = wafer.make_config(make_platform("mesh2d"), make_model(num_experts=12), tp_size=1,
-                            shadow_slots=2)
+    cfg = wconfig.make_config(make_platform("mesh2d"), make_model(num_experts=12), tp_size=1,
+                              shadow_slots=2)
     # the README's layer 0 on one node of 4 devices: 16 slots, 4 per device
     phy2log, _, _ = eplb_reference.rebalance(np.array(README_WEIGHT[:1]), 16, 1, 1, 4)
     shares = np.asarray(slots.layout_shares(phy2log, 12, 4))[0]
     params = wafer_params(cfg, shares)
     host = np.clip(np.asarray(params.placement) + np.asarray(params.shadow), 0, 1)
-    np.testing.assert_allclose(np.asarray(wafer.served_share(host)), shares, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(wtraffic.served_share(host)), shares, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(params.placement).sum(-1), 1.0)  # one native each
-    small = wafer.make_config(make_platform("mesh2d"), make_model(num_experts=12), tp_size=1,
-                              shadow_slots=0)
+    small = wconfig.make_config(make_platform("mesh2d"), make_model(num_experts=12), tp_size=1,
+                                shadow_slots=0)
     with pytest.raises(ConfigError, match="shadow_slots = 0"):
         wafer_params(small, shares)

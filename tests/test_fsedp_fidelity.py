@@ -1,4 +1,4 @@
-"""FSE-DP readings of issue 14: any-die DDR loading (000 Rule 4 / Algorithm 1 line 12) and
+"""FSE-DP readings: any-die DDR loading (000 Rule 4 / Algorithm 1 line 12) and
 per-link D2D accounting, against the plain reference, conservation and the incidence matrix."""
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def test_microslice_claim_needs_an_interior_minimum_below_10():
     assert claims.fig17_claim(_f17_rows([3.0, 1.0, 2.0, 4.0, 5.0])).holds
     assert not claims.fig17_claim(_f17_rows([5.0, 4.0, 3.0, 2.0, 1.0])).holds  # monotone
     assert not claims.fig17_claim(_f17_rows([5.0, 4.0, 3.0, 1.0, 2.0])).holds  # best 16
-    # with the transfer-overhead rows at the claim buffer, those decide (issue 14)
+    # with the transfer-overhead rows at the claim buffer, those decide
     rows = _f17_rows([5.0, 4.0, 3.0, 2.0, 1.0])
     rows["overhead"] = ["ctrl 0.5us"] * 6
     primary = next(iter(claims.OVERHEAD_READINGS))

@@ -1,4 +1,4 @@
-"""Recordings as a new user brings them (issue 13 items 3 and 5): files that are not UTF-8,
+"""Recordings as a new user brings them: files that are not UTF-8,
 JSONL records without a layer, and per-token JSONL from a recorder that names fields its own
 way, adds its own fields and drops records (so the layers of a step are ragged). Bad input is
 checked through the CLI: exit code 2, one line naming file, line and field, nothing written.

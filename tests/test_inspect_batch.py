@@ -1,4 +1,4 @@
-"""`moejax trace inspect` on a batch and `simulate --trace` on a recording (issue 13 item 9):
+"""`moejax trace inspect` on a batch and `simulate --trace` on a recording:
 one skew definition, no nan rows or RuntimeWarnings, --json always written, the recording's
 own trace / iteration counts reported, and --tokens refused rather than ignored."""
 

@@ -1,4 +1,4 @@
-"""Memory-safe batches (issue 13): counts by bincount, generation a chunk at a time, an
+"""Memory-safe batches: counts by bincount, generation a chunk at a time, an
 up-front size estimate that shrinks the chunk or refuses in one line."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_trace_gen_refuses_a_batch_too_large_to_write_in_one_line(tmp_path, caps
 
 def test_generate_in_chunks_equals_one_call(monkeypatch):
     """A batch whose sampling scratch is over GENERATE_SCRATCH_BYTES is made a few traces at
-    a time (issue 13: the full FSE-DP grid peaked at 14.8 GB in one generate call), with the
+    a time (the full FSE-DP grid peaked at 14.8 GB in one generate call), with the
     same traces bit for bit."""
     args = dict(num_traces=5, iterations=2, layers=1, tokens=8, num_experts=16, top_k=2,
                 tokens_per_iteration=np.array([[8, 3]] * 5, np.int32))

@@ -1,7 +1,7 @@
 """Every notebook executes (nbclient), from a scratch working directory (so it cannot depend
 on being started from the repository root or from its own folder), draws its figures, and
 leaves the checkout unchanged (no retraining into `checkpoints/`, no files written into
-the repository). Issue 13 item 10."""
+the repository)."""
 
 from __future__ import annotations
 

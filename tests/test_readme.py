@@ -1,5 +1,5 @@
 """Every code block of README.md (and the runnable examples of docs/traces.md) runs as
-written, standalone, in a scratch folder (issue 13 item 12).
+written, standalone, in a scratch folder.
 
 Blocks marked `<!-- readme-test: setup -->` create the virtual environment; the tests one
 must be `.ci/run`'s command verbatim. Blocks marked `<!-- readme-test: slow -->` (minutes)

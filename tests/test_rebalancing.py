@@ -16,12 +16,8 @@ from moejax.cli import main as cli
 from moejax.errors import ConfigError
 from moejax.placement import migration, slots
 from moejax.runner import engine
-from moejax.systems import (
-    ep,
-    rebalancing,
-    rebalancing_reference,
-    rebalancing_tuning,
-)
+from moejax.systems import ep, rebalancing, rebalancing_reference
+from moejax.tune import rebalancing as rebalancing_tuning
 
 ITERS = 6
 

@@ -1,4 +1,4 @@
-"""`moejax reproduce STUDY --replot DIR` (issue 13 item 11): every figure redrawn from a tiny
+"""`moejax reproduce STUDY --replot DIR`: every figure redrawn from a tiny
 synthetic set of the study's CSV files, nothing simulated; bad input is one line, exit 2."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Streaming runs (issue 18): `moejax simulate --stream` writes rows a part at a time, keeps
+"""Streaming runs: `moejax simulate --stream` writes rows a part at a time, keeps
 summaries with a stated error, leaves whole parts on Ctrl-C, and `--resume` continues."""
 
 from __future__ import annotations

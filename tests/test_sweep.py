@@ -116,8 +116,9 @@ def test_serving_sweep_rows_equal_separate_runs(policy, vary, tmp_path):
     too); 1 GB/s links give a slower mean ITL than 300 GB/s at every rate; and an AEP row
     (every point in one vmapped rounds call, Consts batched) equals `moejax simulate`'s
     serving run of that point's platform and rate (the same streams: the sweep's seed)."""
-    from moejax.cli.amoe import p99_from_hist
+    from moejax.runner import engine
     from moejax.systems.amoe import serve
+    from moejax.systems.amoe.config import p99_from_hist
 
     out = tmp_path / "sw"
     assert main(["sweep", *SERVE, "--policy", policy, *vary, "--out", str(out)]) == 0
@@ -126,13 +127,16 @@ def test_serving_sweep_rows_equal_separate_runs(policy, vary, tmp_path):
     assert all(r["all_done"] == "True" for r in rows)
     for slow, fast in zip(rows[::2], rows[1::2], strict=True):  # 1 vs 300 GB/s, same rate
         assert float(slow["itl_mean_s"]) > float(fast["itl_mean_s"])
-    if policy != "aep-defrag":  # ep_serving: runner.run_streams per platform point as is
+    if policy != "aep-defrag":  # ep_serving: one engine call per platform point
         return
     row = rows[-2]  # one reference run (a compile): rate 400, 1 GB/s links
     base = api.resolve("a100x8-nvswitch", "mixtral-8x7b", policy).platform
-    ref = serve.simulate(base.with_overrides(link_Bps=1e9), "mixtral-8x7b", policy,
-                         rate_per_s=400.0, workload="short", num_streams=2, num_requests=4,
-                         seed=0)
+    system, params, _ = serve.build(base.with_overrides(link_Bps=1e9), "mixtral-8x7b", policy,
+                                    4)
+    k_stream, k_sim = serve.stream_keys(0)
+    st = serve.streams(k_stream, num_streams=2, num_requests=4, rate_per_s=400.0,
+                       workload="short")
+    ref = jax.tree_util.tree_map(np.asarray, engine.simulate(system, params, st, k_sim))
     assert row["rate"] == "400" and float(row["link_Bps"]) == 1e9
     for k in ("throughput_tok_s", "itl_mean_s", "ttft_mean_s"):
         np.testing.assert_allclose(float(row[k]), np.mean(ref[k], dtype=np.float64),

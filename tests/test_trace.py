@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from moejax.errors import ConfigError, MoejaxError, TraceError, UnknownNameError
-from moejax.trace import core, gen, io, summary
+from moejax.trace import core, families, gen, io, requests, summary
 
 # One shape for every generated trace keeps the number of compilations small.
 SHAPE = dict(iterations=24, layers=3, tokens=48, num_experts=16, top_k=2)
@@ -95,7 +95,7 @@ def test_unknown_family_lists_known_ones():
         gen.parse_spec("zipff:alpha=1")
     msg = str(err.value)
     assert "zipff" in msg
-    for fam in gen.FAMILIES:
+    for fam in families.FAMILIES:
         assert fam in msg
     assert isinstance(err.value, MoejaxError)
 
@@ -277,7 +277,7 @@ def test_counts_only_keeps_counts(traces):
 
 def test_request_stream_poisson_and_lengths():
     rate = 50.0
-    rs = gen.request_stream(
+    rs = requests.request_stream(
         key(11),
         num_streams=8,
         num_requests=2000,
@@ -294,7 +294,7 @@ def test_request_stream_poisson_and_lengths():
         arr = np.asarray(arr)
         assert arr.dtype == np.int32
         assert arr.min() == lo and arr.max() == hi
-    again = gen.request_stream(
+    again = requests.request_stream(
         key(11), num_streams=8, num_requests=2000, rate_per_s=rate, workload="short"
     )
     np.testing.assert_array_equal(again.input_len, rs.input_len)
@@ -315,7 +315,7 @@ def test_bad_request_args(kwargs, field):
     args = dict(num_streams=2, num_requests=4)
     args.update(kwargs)
     with pytest.raises(MoejaxError) as err:
-        gen.request_stream(key(0), **args)
+        requests.request_stream(key(0), **args)
     assert str(err.value).startswith(field)
 
 

@@ -1,4 +1,4 @@
-"""`moejax trace compare A B` (issue 13 item 6): a recording or a fit against a recording,
+"""`moejax trace compare A B`: a recording or a fit against a recording,
 per-layer skew and activated-expert curve with the docs' thresholds, and the warning when a
 fit ends on the edge of its search grid."""
 

@@ -13,14 +13,14 @@ import pytest
 from jax.test_util import check_grads
 
 from moejax import api
+from moejax import tunable as fam
 from moejax.catalog.policies import load_policy
 from moejax.cli.main import main
 from moejax.errors import CheckpointError, ConfigError, UnknownNameError
 from moejax.runner import engine
+from moejax.trace.popularity import fixed_popularity, sample_from_popularity
 from moejax.tune import TuneConfig, export, restore, tune
 from moejax.tune import loop as tl
-from moejax.tune import params as fam
-from moejax.tune.traces import fixed_popularity, sample_from_popularity
 
 SMALL = dict(system="ep", hardware="chiplet-2x2", model="phi-3.5-moe", steps=6, traces=8,
              batch=4, eval_traces=8, tokens=16, iterations=2, layers=1, every=2, lr=0.2,
@@ -320,9 +320,9 @@ def test_shipped_checkpoint_reproduces_the_shipped_policy(folder, policy, tmp_pa
     prob, res = restore(ROOT / "checkpoints" / folder)
     out = export.write_policy(tmp_path / "p.toml", prob, res.hard, res.step)
     shipped = (ROOT / "policies" / policy).read_text()
-    # issue 14 pinned the reading a tuned FSE-DP value was tuned under: a trailing block
+    # a tuned FSE-DP policy pins the reading its value was tuned under: a trailing block
     # the export (of the base policy, new defaults) does not write
-    shipped = shipped.split("# Pinned at issue 14:")[0]
+    shipped = shipped.split("# Pinned reading:")[0]
     assert out.read_text() == shipped
 
 

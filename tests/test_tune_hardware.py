@@ -1,4 +1,4 @@
-"""FSE-DP hardware knobs under 000 §VI-D Eq. (1)-(2) (moejax.tune.hardware): the budget
+"""FSE-DP hardware knobs under 000 §VI-D Eq. (1)-(2) (moejax.systems.fsedp.budget): the budget
 against a hand computation, the penalty, relaxed -> hard, gradients vs finite differences,
 a short tuning run, export -> simulate round trip, bad input."""
 
@@ -17,9 +17,9 @@ from moejax import api
 from moejax.catalog.policies import load_policy
 from moejax.cli.main import main
 from moejax.errors import ConfigError
+from moejax.systems.fsedp.budget import ChipletBudget
 from moejax.tune import TuneConfig, export, tune
 from moejax.tune import loop as tl
-from moejax.tune.hardware import ChipletBudget
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 2.0**20

@@ -1,4 +1,4 @@
-"""Relaxed paths of the knobs that had only a hard grid (issue 6): the wafer NI-Balancer
+"""Relaxed paths of the knobs that had only a hard grid: the wafer NI-Balancer
 trigger alpha (001 Eq. 2) through the gated wafer step, and AEP's decay delta (002 §3.4
 Algorithm 1) through Gaussian smoothing with an antithetic score-function estimator."""
 
@@ -16,8 +16,9 @@ from moejax.catalog.policies import load_policy
 from moejax.errors import ConfigError
 from moejax.runner import engine
 from moejax.systems.wafer import balancer as bal
+from moejax.systems.wafer import config as wconfig
 from moejax.systems.wafer import system as wsys
-from moejax.tune.traces import fixed_popularity, sample_from_popularity
+from moejax.trace.popularity import fixed_popularity, sample_from_popularity
 
 # --- wafer: Eq. 2 gate inside the step ------------------------------------------------------
 
@@ -28,9 +29,9 @@ def _wafer(invasive, kind, iterations=6, traces=3):
                            layers=2, num_experts=s.model.num_experts)
     tr = sample_from_popularity(pop, jax.random.key(2), num_traces=traces, tokens=32,
                                 top_k=s.model.top_k)
-    cfg = wsys.make_config(s.platform, s.model, mapping="er", tp_size=4, balancer=kind,
-                           invasive=invasive, shadow_slots=1, micro_batches=(1, 2),
-                           network="link_load", bidirectional_rings=False)  # BOOLEAN_PATH's
+    cfg = wconfig.make_config(s.platform, s.model, mapping="er", tp_size=4, balancer=kind,
+                              invasive=invasive, shadow_slots=1, micro_batches=(1, 2),
+                              network="link_load", bidirectional_rings=False)  # BOOLEAN_PATH's
     return cfg, wsys.build(cfg, iterations), tr
 
 
@@ -48,7 +49,7 @@ BOOLEAN_PATH = {
 @pytest.mark.parametrize("invasive,kind", list(BOOLEAN_PATH))
 def test_wafer_gated_step_at_tau_zero_is_the_boolean_path(invasive, kind):
     cfg, sysm, tr = _wafer(invasive, kind)
-    p = wsys.default_params(cfg, alpha=0.3, beta=1.0 if invasive else 0.0)
+    p = wconfig.default_params(cfg, alpha=0.3, beta=1.0 if invasive else 0.0)
     out = engine.simulate(sysm, p, tr)
     fwd, mig = BOOLEAN_PATH[(invasive, kind)]
     np.testing.assert_array_equal(np.asarray(out["forward_s"]), np.float32(fwd))
@@ -67,7 +68,7 @@ def forward_of_alpha():
     the loads as aux) serves every temperature below and the loads (three compiles before:
     the loads' run, f and grad f; the gradient is computed at every call, cheap here)."""
     cfg, sysm, tr = _wafer(True, "topology", iterations=4, traces=2)
-    base = wsys.default_params(cfg, alpha=0.0, beta=0.0)
+    base = wconfig.default_params(cfg, alpha=0.0, beta=0.0)
 
     @jax.jit
     @functools.partial(jax.value_and_grad, has_aux=True)
@@ -170,13 +171,12 @@ def _tiny_aep_cfg(**kw):
 
 
 def test_aep_estimator_agrees_with_the_smoothed_hard_objective():
-    from moejax.systems.amoe import runner
     from moejax.tune import smoothed
 
     prob = smoothed.aep_problem(_tiny_aep_cfg())
     # the batched runner is the runner: same metrics, one decay at a time
-    one = runner.run_streams(prob.system, prob.base.replace(decay=jnp.float32(0.0)),
-                             prob.train, prob.sim_key)
+    one = engine.simulate(prob.system, prob.base.replace(decay=jnp.float32(0.0)),
+                          prob.train, prob.sim_key)
     np.testing.assert_array_equal(prob.metrics([0.0])["throughput_tok_s"],
                                   np.asarray(one["throughput_tok_s"]).mean(keepdims=True))
     # f on a grid, refined where it changes: a piecewise-constant model of the hard objective
@@ -205,25 +205,26 @@ def test_aep_estimator_agrees_with_the_smoothed_hard_objective():
 
 
 def test_aep_smoothed_run_keeps_its_objective_and_its_range(tmp_path):
-    from moejax.tune import loop, params, smoothed
+    from moejax import tunable
+    from moejax.tune import restore, smoothed, tune
 
     cfg = _tiny_aep_cfg()
-    res = loop.tune(cfg, tmp_path / "a", progress=False)
+    res = tune(cfg, tmp_path / "a", progress=False)
     assert 0.0 <= res.hard["decay"] <= 1.0 and len(res.history) == 3
     s = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert s["train_loss_hard"]["tuned"] <= s["train_loss_hard"]["start"]
     assert set(s["evaluation"]) == {"tuned", "default"}
     # restore gives the same hard value; the export is a valid aep policy with that decay
-    _, back = loop.restore(tmp_path / "a")
+    _, back = restore(tmp_path / "a")
     assert back.hard == res.hard and back.step == 3
     pol = smoothed.write_policy(tmp_path / "p.toml", cfg, res.hard, 3)
     assert dict(load_policy(str(pol)).options)["decay"] == pytest.approx(res.hard["decay"])
     # outside [0, 1]: a clear error
-    knob = params.SmoothedKnob("decay", 0.0, 1.0)
+    knob = tunable.SmoothedKnob("decay", 0.0, 1.0)
     with pytest.raises(ConfigError, match=r"decay = 1.5 lies outside .*\[0, 1\]"):
         knob.init(None, 1.5)
     with pytest.raises(ConfigError, match="relaxation = 'smoothed'"):
-        loop.tune(_tiny_aep_cfg(relaxation="system"), tmp_path / "b", progress=False)
+        tune(_tiny_aep_cfg(relaxation="system"), tmp_path / "b", progress=False)
     with pytest.raises(ConfigError, match="only aep"):
         _tiny_aep_cfg(system="ep")
     with pytest.raises(ConfigError, match="allowed for aep: decay"):

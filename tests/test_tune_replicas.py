@@ -1,4 +1,4 @@
-"""Tuned placement with replicas (moejax.tune.params.ReplicaPlacement), per-layer placements,
+"""Tuned placement with replicas (moejax.tunable.ReplicaPlacement), per-layer placements,
 training on one part of a recording and scoring on the other (`moejax tune --trace`)."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from moejax import api
+from moejax import tunable as fam
 from moejax.errors import ConfigError
 from moejax.runner import engine
 from moejax.systems import ep
 from moejax.trace import from_counts
 from moejax.trace import io as trace_io
-from moejax.tune import export
-from moejax.tune import params as fam
-from moejax.tune.loop import TuneConfig, build_problem, restore, tune
+from moejax.tune import export, restore, tune
+from moejax.tune.loop import TuneConfig, build_problem
 
 # an EPLB-like start on 4 devices x 2 slots: expert 0 has 3 replicas, two of them on device 0
 START = np.array([[2 / 3, 1 / 3, 0, 0],

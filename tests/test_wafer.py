@@ -13,14 +13,18 @@ from conftest import make_model, make_platform, random_trace
 from moejax.errors import ConfigError
 from moejax.physics import collectives, topology
 from moejax.runner import engine
+from moejax.systems.wafer import config as wconfig
+from moejax.systems.wafer import layer as wlayer
 from moejax.systems.wafer import mapping as mp
 from moejax.systems.wafer import reference, system
+from moejax.systems.wafer import traffic as wtraffic
+from moejax.systems.wafer import unit_tables as wtables
 
 # The exact layer, compiled once per (config, shapes) and shared by the module's hard-mode tests:
-# an eager `system.layer` call re-traces and re-compiles its whole `lax.cond` (both branches)
+# an eager `wlayer.layer` call re-traces and re-compiles its whole `lax.cond` (both branches)
 # on every call, ~3-4 s CPU each; this compiles only the exact branch (`relax.branch` at a
 # Python 0.0: the very function the traced cond runs at tau = 0), about 1 s.
-_hard_layer = jax.jit(lambda cfg, p, *a: system.layer(cfg, p.replace(tau=0.0), *a),
+_hard_layer = jax.jit(lambda cfg, p, *a: wlayer.layer(cfg, p.replace(tau=0.0), *a),
                       static_argnums=0)
 
 # --- FTD geometry (001 §IV-A, Fig. 8) ------------------------------------------------------
@@ -86,8 +90,8 @@ def test_bad_mapping_inputs_name_the_field():
     with pytest.raises(ConfigError, match="multi-wafer"):
         mp.build_mapping("her", 4, 4, 4)
     with pytest.raises(ConfigError, match="mesh"):
-        system.make_config(make_platform("switch", devices=8), make_model(), mapping="er",
-                           tp_size=2)
+        wconfig.make_config(make_platform("switch", devices=8), make_model(), mapping="er",
+                            tp_size=2)
 
 
 # --- contention on small meshes, by hand ---------------------------------------------------
@@ -118,16 +122,16 @@ def test_dispatch_fetches_inside_the_ftd_or_from_the_nearest_holder():
     b = make_model(num_experts=16).token_bytes
     plat = make_platform("mesh2d", rows=4, cols=4)
     # ER, all-gather kept: TP group 0 = devices 0, 2, 10, 8; FTDs are the 2x2 quadrants
-    cfg = system.make_config(plat, make_model(num_experts=16), mapping="er", tp_size=4)
+    cfg = wconfig.make_config(plat, make_model(num_experts=16), mapping="er", tp_size=4)
     pairs = np.zeros((cfg.num_holder_sets, e), np.float32)
     pairs[0, 0] = pairs[0, 1] = 1.0  # one token of group 0 to expert 0 and one to expert 1
-    tr = np.asarray(system.dispatch_traffic(cfg, jnp.asarray(served), jnp.asarray(pairs)))
+    tr = np.asarray(wtraffic.dispatch_traffic(cfg, jnp.asarray(served), jnp.asarray(pairs)))
     assert tr[10, 15] == pytest.approx(b)  # 15's FTD {10, 11, 14, 15} holds group 0 at 10
     assert tr[0, 5] == pytest.approx(b)  # 5's FTD {0, 1, 4, 5} holds group 0 at 0
     assert tr.sum() == pytest.approx(2 * b)
     # HER on two 2x2 wafers (TP=2): one holder per wafer, fetched on the destination's wafer
-    her = system.make_config(make_platform("multi_wafer_mesh"), make_model(num_experts=16),
-                             mapping="her", tp_size=2)
+    her = wconfig.make_config(make_platform("multi_wafer_mesh"), make_model(num_experts=16),
+                              mapping="her", tp_size=2)
     hol = her.mapping.holders
     split = her.source_split
     for h in range(hol.shape[0]):
@@ -151,8 +155,8 @@ def _cfg(mapping="baseline", tp=2, kind="mesh2d", retain=True, network="eq1", bi
          **topo):
     plat = make_platform(kind, **topo)
     model = make_model(num_experts=8, top_k=2)
-    return system.make_config(plat, model, mapping=mapping, tp_size=tp, retain_allgather=retain,
-                              network=network, bidirectional_rings=bidi)
+    return wconfig.make_config(plat, model, mapping=mapping, tp_size=tp, retain_allgather=retain,
+                               network=network, bidirectional_rings=bidi)
 
 
 CASES = [
@@ -163,7 +167,7 @@ CASES = [
     dict(mapping="er", tp=4, rows=4, cols=4, retain=False),
     dict(mapping="her", tp=2, kind="multi_wafer_mesh"),
     dict(mapping="baseline", tp=2, kind="multi_wafer_mesh"),
-    # the pre-issue-14 default, now a named alternative: cut-through, one-way rings
+    # the earlier default, now a named alternative: cut-through, one-way rings
     dict(mapping="er", tp=4, rows=4, cols=4, network="link_load", bidi=False),
 ]
 
@@ -172,7 +176,7 @@ CASES = [
 def test_layer_matches_plain_reference(case):
     cfg = _cfg(**case)
     e, d = cfg.model.num_experts, cfg.num_devices
-    params = system.default_params(cfg)
+    params = wconfig.default_params(cfg)
     rng = np.random.default_rng(0)
     host = np.asarray(params.placement).copy()
     host[rng.integers(0, e, 3), rng.integers(0, d, 3)] = 1.0  # a few replicas
@@ -189,11 +193,11 @@ def test_layer_matches_plain_reference(case):
 
 def test_bytes_conserved_and_latency_bounds():
     cfg = _cfg(mapping="er", tp=4, rows=4, cols=4)
-    params = system.default_params(cfg)
+    params = wconfig.default_params(cfg)
     tr = random_trace(jax.random.key(2), 1, 1, 1, 32, 8, 2)
     ids, mask, counts = tr.expert_ids[0, 0, 0], tr.token_mask[0, 0], tr.counts[0, 0, 0]
-    pairs = system.holder_tokens(cfg, ids, mask, counts)
-    traffic = system.dispatch_traffic(cfg, system.served_share(params.placement), pairs)
+    pairs = wtraffic.holder_tokens(cfg, ids, mask, counts)
+    traffic = wtraffic.dispatch_traffic(cfg, wtraffic.served_share(params.placement), pairs)
     assert float(traffic.sum()) == pytest.approx(32 * 2 * cfg.model.token_bytes, rel=1e-6)
     out = _hard_layer(cfg, params, params.placement, ids, mask, counts)
     assert float(out["layer_s"]) >= float(out["moe_compute_s"])
@@ -204,7 +208,7 @@ def test_bytes_conserved_and_latency_bounds():
 
 def test_counts_only_equals_token_level_expectation_for_uniform_shares():
     cfg = _cfg(mapping="er", tp=2, rows=2, cols=4)
-    params = system.default_params(cfg)
+    params = wconfig.default_params(cfg)
     e = cfg.model.num_experts
     counts = jnp.full((e,), 8.0)
     empty = jnp.zeros((0, 2), jnp.int32)
@@ -215,7 +219,7 @@ def test_counts_only_equals_token_level_expectation_for_uniform_shares():
 
 def _system(iters=2, **kw):
     cfg = _cfg(**kw)
-    return cfg, system.build(cfg, iters), system.default_params(cfg)
+    return cfg, system.build(cfg, iters), wconfig.default_params(cfg)
 
 
 @pytest.fixture(scope="module")
@@ -256,7 +260,7 @@ def test_relaxed_approaches_hard_as_tau_shrinks(er_run):
 def test_dropping_allgather_halves_the_allreduce():
     keep = _cfg(mapping="er", tp=4, rows=4, cols=4)
     drop = _cfg(mapping="er", tp=4, rows=4, cols=4, retain=False)
-    p = system.default_params(keep)
+    p = wconfig.default_params(keep)
     counts = jnp.full((8,), 16.0)
     empty = jnp.zeros((0, 2), jnp.int32)
     a = _hard_layer(keep, p, p.placement, empty, jnp.zeros((0,), bool), counts)
@@ -279,14 +283,14 @@ def test_catalog_4x4_example_er_halves_all_to_all_doubles_all_reduce():
 
 def test_relaxed_layer_time_has_finite_gradients_wrt_placement():
     cfg = _cfg(mapping="er", tp=2, rows=2, cols=4)
-    params = system.default_params(cfg).replace(tau=jnp.float32(0.05))
+    params = wconfig.default_params(cfg).replace(tau=jnp.float32(0.05))
     counts = jnp.asarray(np.random.default_rng(6).integers(1, 20, 8), jnp.float32)
     empty = jnp.zeros((0, 2), jnp.int32)
 
     def loss(logits):
         place = jax.nn.softmax(logits, axis=-1)  # a relaxed expert x device placement
-        out = system.layer(cfg, params, place, empty, jnp.zeros((0,), bool), counts)
-        return out["layer_s"] / system.time_scale_s(cfg)
+        out = wlayer.layer(cfg, params, place, empty, jnp.zeros((0,), bool), counts)
+        return out["layer_s"] / wconfig.time_scale_s(cfg)
 
     vg = jax.jit(jax.value_and_grad(loss))  # one compile gives both the loss and its gradient
     logits = jnp.log(params.placement + 0.1)
@@ -317,8 +321,8 @@ def test_policy_options_placement_and_errors():
 def _esp_cfg(mapping="er", tp=4, shards=4, kind="mesh2d", retain=True, experts=8, **topo):
     plat = make_platform(kind, **topo)
     model = make_model(num_experts=experts, top_k=2)
-    return system.make_config(plat, model, mapping=mapping, tp_size=tp, retain_allgather=retain,
-                              expert_shards=shards)
+    return wconfig.make_config(plat, model, mapping=mapping, tp_size=tp, retain_allgather=retain,
+                               expert_shards=shards)
 
 
 ESP_CASES = [
@@ -332,7 +336,7 @@ ESP_CASES = [
 @pytest.mark.parametrize("case", ESP_CASES)
 def test_esp_layer_matches_plain_reference(case):
     cfg = _esp_cfg(**case)
-    params = system.default_params(cfg)
+    params = wconfig.default_params(cfg)
     tr = random_trace(jax.random.key(7), 1, 1, 1, 24, 8, 2, valid=[[21]])
     ids, mask, counts = tr.expert_ids[0, 0, 0], tr.token_mask[0, 0], tr.counts[0, 0, 0]
     out = _hard_layer(cfg, params, params.placement, ids, mask, counts)
@@ -368,7 +372,7 @@ def test_esp_er_has_no_all_to_all_conserves_tokens_and_bounds():
     empty = jnp.zeros((0, 2), jnp.int32)
     outs = {}
     for name, cfg in (("er", er), ("baseline", base)):
-        p = system.default_params(cfg)
+        p = wconfig.default_params(cfg)
         assert np.asarray(p.placement).sum(0).reshape(-1).tolist().count(2.0) == 4  # 2 per group
         out = _hard_layer(cfg, p, p.placement, empty, jnp.zeros((0,), bool), counts)
         tok = np.asarray(out["device_tokens"])
@@ -387,7 +391,7 @@ def test_esp_er_has_no_all_to_all_conserves_tokens_and_bounds():
         float(outs["baseline"]["esp_reduce_s"]), rel=1e-6)
     # slicing: the expert time of a sharded layer is below the unsharded one (weights / S)
     plain = _cfg(mapping="er", tp=4, rows=4, cols=4)
-    pp = system.default_params(plain)
+    pp = wconfig.default_params(plain)
     o = _hard_layer(plain, pp, pp.placement, empty, jnp.zeros((0,), bool), counts)
     assert float(outs["er"]["moe_compute_s"]) < float(o["moe_compute_s"])
 
@@ -412,16 +416,16 @@ def test_esp_on_gpu_nodes_and_as_a_policy_with_errors():
         with pytest.raises(ConfigError, match=msg):
             system.from_policy(plat, model, Table(dict(bad), "t"), 2)
     with pytest.raises(ConfigError, match="expert_shards = 6"):
-        system.make_config(plat, model, tp_size=2, expert_shards=6)  # does not divide 16
+        wconfig.make_config(plat, model, tp_size=2, expert_shards=6)  # does not divide 16
     with pytest.raises(ConfigError, match="her"):
-        system.make_config(make_platform("multi_wafer_mesh"), model, mapping="her", tp_size=2,
-                           expert_shards=2)
+        wconfig.make_config(make_platform("multi_wafer_mesh"), model, mapping="her", tp_size=2,
+                            expert_shards=2)
 
 
 @pytest.mark.parametrize("esp", [False, True])
 @pytest.mark.parametrize("counts_only", [False, True])
 def test_unit_tables_equal_the_traffic_matrix_path(monkeypatch, esp, counts_only):
-    """The static per-unit tables (`system.unit_tables`) and the per-trace traffic matrix
+    """The static per-unit tables (`wtables.unit_tables`) and the per-trace traffic matrix
     they replace give the same layer, hard and relaxed, with soft (split) hosts too."""
     cfg = _esp_cfg(mapping="baseline", tp=4, shards=4, rows=4, cols=4) if esp else _cfg(
         mapping="er", tp=4, rows=4, cols=4)
@@ -435,23 +439,23 @@ def test_unit_tables_equal_the_traffic_matrix_path(monkeypatch, esp, counts_only
             "device_tokens", "device_busy_s")
 
     def run():  # a new function: traced afresh under the current UNIT_TABLE_MAX, compiled
-        layer = jax.jit(lambda *a: system.layer(cfg, *a))  # once, run at both temperatures
+        layer = jax.jit(lambda *a: wlayer.layer(cfg, *a))  # once, run at both temperatures
         outs = []
         for tau, host in ((0.0, None), (0.3, soft)):
-            p = system.default_params(cfg).replace(tau=jnp.float32(tau))
+            p = wconfig.default_params(cfg).replace(tau=jnp.float32(tau))
             h = p.placement if host is None else host
             outs.append(layer(p, h, ids, mask, counts))
         return outs
 
-    assert system.unit_tables(cfg, counts_only) is not None
+    assert wtables.unit_tables(cfg, counts_only) is not None
     tables = run()
-    monkeypatch.setattr(system, "UNIT_TABLE_MAX", 0)
-    system.unit_tables.cache_clear()
+    monkeypatch.setattr(wtables, "UNIT_TABLE_MAX", 0)
+    wtables.unit_tables.cache_clear()
     try:
-        assert system.unit_tables(cfg, counts_only) is None
+        assert wtables.unit_tables(cfg, counts_only) is None
         dense = run()
     finally:
-        system.unit_tables.cache_clear()
+        wtables.unit_tables.cache_clear()
     for a, b in zip(tables, dense, strict=True):
         for k in keys:
             np.testing.assert_allclose(np.asarray(a[k]), np.asarray(b[k]), rtol=2e-5,
@@ -460,13 +464,13 @@ def test_unit_tables_equal_the_traffic_matrix_path(monkeypatch, esp, counts_only
 
 def test_binary_fast_expert_roofline_equals_the_dense_one():
     cfg = _cfg(mapping="er", tp=2, rows=2, cols=4)
-    p = system.default_params(cfg)
+    p = wconfig.default_params(cfg)
     host = np.asarray(p.placement).copy()
     host[[0, 3, 5], [1, 6, 2]] = 1.0  # replicas: experts split over several hosts
     counts = jnp.asarray([0.0, 3.0, 50.0, 7.0, 0.0, 400.0, 1.0, 12.0])
-    fast = system.expert_times(cfg, jnp.asarray(host), counts, 0.0, 0.0, jnp.bool_(True))
-    dense = system.expert_times(cfg, jnp.asarray(host), counts, 0.0, 0.0, jnp.bool_(False))
+    fast = wlayer.expert_times(cfg, jnp.asarray(host), counts, 0.0, 0.0, jnp.bool_(True))
+    dense = wlayer.expert_times(cfg, jnp.asarray(host), counts, 0.0, 0.0, jnp.bool_(False))
     for a, b in zip(fast, dense, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
-    assert bool(system.is_binary(jnp.asarray(host)))
-    assert not bool(system.is_binary(jnp.asarray(host) * 0.5))
+    assert bool(wlayer.is_binary(jnp.asarray(host)))
+    assert not bool(wlayer.is_binary(jnp.asarray(host) * 0.5))

@@ -10,7 +10,10 @@ from conftest import make_model, make_platform
 
 from moejax.runner import engine
 from moejax.systems.wafer import balancer as bal
+from moejax.systems.wafer import config as wconfig
+from moejax.systems.wafer import layer as wlayer
 from moejax.systems.wafer import mapping as mp
+from moejax.systems.wafer import migration as wmigration
 from moejax.systems.wafer import reference, system
 from moejax.trace import from_counts
 
@@ -77,25 +80,25 @@ def _skewed_counts(e, iters, layers, tokens, top_k, seed=0):
 
 def test_non_invasive_migration_uses_only_cold_links():
     plat = make_platform("mesh2d", rows=4, cols=4)
-    cfg = system.make_config(plat, make_model(num_experts=16, top_k=2), mapping="er",
-                             tp_size=4, balancer="topology", invasive=False, shadow_slots=1)
-    params = system.default_params(cfg)
+    cfg = wconfig.make_config(plat, make_model(num_experts=16, top_k=2), mapping="er",
+                              tp_size=4, balancer="topology", invasive=False, shadow_slots=1)
+    params = wconfig.default_params(cfg)
     counts = jnp.asarray(_skewed_counts(16, 1, 1, 64, 2)[0, 0])
     empty = jnp.zeros((0, 2), jnp.int32)
     # the exact layer jitted: an eager call compiles both `lax.cond` branches; `relax.branch`
     # at a Python 0.0 is the very function the traced cond runs at tau = 0
-    out = jax.jit(lambda p, h, c: system.layer(cfg, p.replace(tau=0.0), h, empty,
+    out = jax.jit(lambda p, h, c: wlayer.layer(cfg, p.replace(tau=0.0), h, empty,
                                                jnp.zeros((0,), bool), c))(
         params, params.placement, counts)
     planned = bal.plan(counts, params.placement, 1, cfg.topo.hops, "topology")
     copies = jnp.clip(planned - params.placement, 0, 1)[None]
     assert float(copies.sum()) > 0
-    mig = np.asarray(system.migration_traffic(cfg, params.placement, copies))
+    mig = np.asarray(wmigration.migration_traffic(cfg, params.placement, copies))
     _, _, need = reference.phase(mig, cfg.topo)
     # phase loads recomputed independently by walking routes (the plain reference)
     ref_layer = reference.layer(cfg, np.asarray(params.placement), *_tokens_of(counts))
     ar, a2a = ref_layer["ar_link_bytes"], ref_layer["a2a_link_bytes"]
-    local, glob, spill = (np.asarray(x) for x in system.non_invasive_split(
+    local, glob, spill = (np.asarray(x) for x in wmigration.non_invasive_split(
         cfg, jnp.asarray(need, jnp.float32), out["ar_link_bytes"], out["ar_busy_s"],
         out["a2a_link_bytes"], out["a2a_busy_s"]))
     hot_ar = ar > cfg.cold_fraction * ar.max()
@@ -123,17 +126,17 @@ def test_non_invasive_hides_what_invasive_pays():
     tr = jax.tree_util.tree_map(lambda x: x[None], from_counts(counts, top_k=2))
     res = {}
     for invasive in (True, False):
-        cfg = system.make_config(plat, model, mapping="er", tp_size=4, balancer="topology",
-                                 invasive=invasive, shadow_slots=1)
+        cfg = wconfig.make_config(plat, model, mapping="er", tp_size=4, balancer="topology",
+                                  invasive=invasive, shadow_slots=1)
         sysm = system.build(cfg, 24)
-        res[invasive] = engine.simulate(sysm, system.default_params(cfg, alpha=0.1), tr)
+        res[invasive] = engine.simulate(sysm, wconfig.default_params(cfg, alpha=0.1), tr)
     assert float(res[True]["migrations"][0]) > 0
     assert float(res[True]["migration_s"][0]) > 0
     assert float(res[False]["migrations"][0]) > 0
     assert float(res[False]["migration_s"][0]) == 0.0  # nothing on the critical path
     assert float(res[False]["activation_delay"][0]) >= 1.0  # replicas wait for cold capacity
-    none = system.make_config(plat, model, mapping="er", tp_size=4)
-    base = engine.simulate(system.build(none, 24), system.default_params(none), tr)
+    none = wconfig.make_config(plat, model, mapping="er", tp_size=4)
+    base = engine.simulate(system.build(none, 24), wconfig.default_params(none), tr)
     for r in res.values():  # either way, balancing lowers the peak device load in the end
         last = np.asarray(r["per_iteration"]["max_over_mean"][0, -1])
         assert last < float(base["per_iteration"]["max_over_mean"][0, -1])

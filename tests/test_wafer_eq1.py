@@ -11,14 +11,18 @@ from conftest import make_model, make_platform, random_trace
 
 from moejax.errors import ConfigError
 from moejax.physics import collectives, eq1, topology
-from moejax.systems.wafer import reference, system
+from moejax.systems.wafer import config as wconfig
+from moejax.systems.wafer import layer as wlayer
+from moejax.systems.wafer import migration as wmigration
+from moejax.systems.wafer import reference
+from moejax.systems.wafer import unit_tables as wtables
 
 BW, LAT = 1e9, 1e-6
 
-# The exact layer jitted (an eager `system.layer` call compiles its whole `lax.cond`, both
+# The exact layer jitted (an eager `wlayer.layer` call compiles its whole `lax.cond`, both
 # branches, again on every call): `relax.branch` at a Python 0.0 is the very function the
 # traced cond runs at tau = 0, and only that branch is compiled.
-_hard_layer = jax.jit(lambda cfg, p, *a: system.layer(cfg, p.replace(tau=0.0), *a),
+_hard_layer = jax.jit(lambda cfg, p, *a: wlayer.layer(cfg, p.replace(tau=0.0), *a),
                       static_argnums=0)
 
 
@@ -87,9 +91,9 @@ def test_path_bandwidth_equals_the_incidence_matrix_on_wafer_borders():
 def _cfg(mapping="baseline", tp=2, kind="mesh2d", retain=True, shards=0, ports="link",
          bidi=True, network="eq1", **topo):
     plat = make_platform(kind, **topo)
-    return system.make_config(plat, make_model(num_experts=8, top_k=2), mapping=mapping,
-                              tp_size=tp, retain_allgather=retain, expert_shards=shards,
-                              network=network, eq1_ports=ports, bidirectional_rings=bidi)
+    return wconfig.make_config(plat, make_model(num_experts=8, top_k=2), mapping=mapping,
+                               tp_size=tp, retain_allgather=retain, expert_shards=shards,
+                               network=network, eq1_ports=ports, bidirectional_rings=bidi)
 
 
 CASES = [
@@ -107,7 +111,7 @@ CASES = [
 def test_eq1_layer_matches_plain_reference(case):
     cfg = _cfg(**case)
     e, d = cfg.model.num_experts, cfg.num_devices
-    params = system.default_params(cfg)
+    params = wconfig.default_params(cfg)
     host = np.asarray(params.placement).copy()
     if not case.get("shards"):
         rng = np.random.default_rng(0)
@@ -131,19 +135,19 @@ def test_eq1_unit_tables_equal_the_traffic_matrix_path(monkeypatch, counts_only)
     ids, mask, counts = tr.expert_ids[0, 0, 0], tr.token_mask[0, 0], tr.counts[0, 0, 0]
     if counts_only:
         ids, mask = jnp.zeros((0, 2), jnp.int32), jnp.zeros((0,), bool)
-    p = system.default_params(cfg)
+    p = wconfig.default_params(cfg)
 
     def run():
-        return jax.jit(lambda c: system.layer(cfg, p, p.placement, ids, mask, c))(counts)
+        return jax.jit(lambda c: wlayer.layer(cfg, p, p.placement, ids, mask, c))(counts)
 
-    assert system.unit_tables(cfg, counts_only) is not None
+    assert wtables.unit_tables(cfg, counts_only) is not None
     fast = run()
-    monkeypatch.setattr(system, "UNIT_TABLE_MAX", 0)
-    system.unit_tables.cache_clear()
+    monkeypatch.setattr(wtables, "UNIT_TABLE_MAX", 0)
+    wtables.unit_tables.cache_clear()
     try:
         dense = run()
     finally:
-        system.unit_tables.cache_clear()
+        wtables.unit_tables.cache_clear()
     for k in ("layer_s", "all_to_all_s", "all_reduce_s"):
         np.testing.assert_allclose(float(fast[k]), float(dense[k]), rtol=2e-5, err_msg=k)
 
@@ -153,9 +157,9 @@ def test_eq1_costs_more_than_cut_through_and_bad_values_name_the_field():
     c1, c0 = _cfg(**kw), _cfg(network="link_load", bidi=False, **kw)
     counts = jnp.full((8,), 24.0)
     ids, mask = jnp.zeros((0, 2), jnp.int32), jnp.zeros((0,), bool)
-    a = _hard_layer(c1, system.default_params(c1), system.default_params(c1).placement, ids,
+    a = _hard_layer(c1, wconfig.default_params(c1), wconfig.default_params(c1).placement, ids,
                     mask, counts)
-    b = _hard_layer(c0, system.default_params(c0), system.default_params(c0).placement, ids,
+    b = _hard_layer(c0, wconfig.default_params(c0), wconfig.default_params(c0).placement, ids,
                     mask, counts)
     assert float(a["all_to_all_s"]) >= float(b["all_to_all_s"])  # store-and-forward
     with pytest.raises(ConfigError, match="network"):
@@ -169,8 +173,8 @@ def test_invasive_migration_is_timed_by_the_layer_network_model():
     v = 3e3
     mig = np.zeros((4, 4), np.float32)
     mig[0, 2] = v
-    t = {net: float(system.migration_time_s(_cfg(network=net, rows=1, cols=4, link_Bps=BW,
-                                                   hop_latency_s=LAT), jnp.asarray(mig)))
+    t = {net: float(wmigration.migration_time_s(_cfg(network=net, rows=1, cols=4, link_Bps=BW,
+                                                     hop_latency_s=LAT), jnp.asarray(mig)))
          for net in ("eq1", "link_load")}
     assert t["eq1"] == pytest.approx((v / BW + LAT) * 2)
     assert t["link_load"] == pytest.approx(v / BW + 2 * LAT)

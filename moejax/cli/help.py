@@ -1,24 +1,26 @@
-"""`moejax --help` that tells a new user what there is (issue 13): every command with its
-one-line help, the studies `moejax reproduce` knows, and every option's default."""
+"""`moejax --help` that tells a new user what there is: every command with its one-line
+help, the registered systems and the studies that reproduce them (both read from the
+registry, `moejax.systems`), and every option's default."""
 
 from __future__ import annotations
 
 import argparse
 
+from moejax import systems
+
 
 def polish(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the command and study lists to the top-level help and a `(default: ...)` to every
     option of every (sub)command whose default says something."""
-    from moejax.reproduce import STUDIES
-
     commands = _subcommands(parser)
     parser.description = (
         "Simulate MoE inference on multi-device hardware, tune its knobs, and reproduce "
         f"papers' results. Commands: {', '.join(commands)} (`moejax COMMAND --help` for "
         "each).")
     parser.epilog = "\n".join([
-        f"studies (moejax reproduce NAME [--quick] --out DIR): {', '.join(STUDIES)}",
-        "catalogs: moejax catalog hardware | models | policies",
+        f"systems (a policy's `system`): {', '.join(systems.SYSTEMS)}",
+        f"studies (moejax reproduce NAME [--quick] --out DIR): {', '.join(systems.studies())}",
+        "catalogs: moejax catalog hardware | models | policies | systems",
         "examples:",
         "  moejax simulate --hardware chiplet-2x2 --model qwen3-30b-a3b --policy ep --out res",
         "  moejax reproduce fsedp --quick --out results/fsedp",
@@ -26,10 +28,6 @@ def polish(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     for p in _parsers(parser):
         _with_defaults(p)
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction) and "reproduce" in action.choices:
-            study = next(a for a in action.choices["reproduce"]._actions if a.dest == "study")
-            study.help = f"study name, one of: {', '.join(STUDIES)}"
     return parser
 
 

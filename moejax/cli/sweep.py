@@ -6,14 +6,20 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 
+from moejax import systems
+from moejax.cli.args import DEFAULT_GEN, add_distributed_arguments, positive_int
 from moejax.errors import ConfigError
+from moejax.output.results import atomic_write_csv, atomic_write_json
+from moejax.output.status import live_status
+from moejax.runner import distributed, sweep
+from moejax.trace import gen
+from moejax.trace.requests import WORKLOADS
 
-DEFAULT_GEN = "powerlaw:alpha=1.2"
 
-
-def add_parser(sub, positive_int):
+def add_parser(sub):
     s = sub.add_parser("sweep", help="evaluate a grid of platform / policy values in one "
                        "vmapped call (CSV + PNG)")
     s.add_argument("--hardware", default="chiplet-2x2", help="platform name or TOML path")
@@ -34,38 +40,32 @@ def add_parser(sub, positive_int):
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", required=True, help="folder for sweep.csv, sweep.png, summary.json")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
-    g = s.add_argument_group("stream-serving policies (aep-*, ep-sync; 002 §5)")
+    g = s.add_argument_group(f"stream-serving systems ({', '.join(systems.names('streams'))}; "
+                             "002 §5)")
     g.add_argument("--rate", type=float, default=None,
                    help="Poisson requests/s (or --vary rate=LO:HI:N)")
     g.add_argument("--workload", default="medium", help="short | medium | reasonable")
     g.add_argument("--streams", type=positive_int, default=4, help="request streams a point")
     g.add_argument("--requests", type=positive_int, default=64, help="requests per stream")
     s.set_defaults(fn=command)
+    add_distributed_arguments(s)
     return s
 
 
 def command(args) -> int:
-    import jax
-
-    from moejax import api
-    from moejax.output.results import atomic_write_csv, atomic_write_json
-    from moejax.runner import distributed, sweep
-    from moejax.systems import SYSTEMS
-    from moejax.trace import gen
-
     varies = [sweep.parse_vary(v) for v in args.vary]
     points = sweep.grid(varies)
-    setup = api.resolve(args.hardware, args.model, args.policy)
-    if setup.policy.system in ("aep", "ep_serving"):  # request streams, not traces
-        return _serving(args, setup, points, varies)
+    setup = systems.resolve(args.hardware, args.model, args.policy)
+    entry = systems.SYSTEMS[setup.policy.system]
+    if entry.input_kind == "streams":  # request streams, not traces
+        return _serving(args, setup, entry, points, varies)
     m = setup.model
-    entry = SYSTEMS[setup.policy.system]
     key = jax.random.key(args.seed)
     spec = gen.parse_spec(args.trace_gen)
     traces = gen.generate(spec, key, num_traces=args.traces, iterations=args.iterations,
                           layers=args.layers, tokens=args.tokens, num_experts=m.num_experts,
                           top_k=m.top_k)
-    api.check_trace_fits(traces, m, entry.needs_tokens, setup.policy.system)
+    systems.check_trace_fits(traces, m, entry.needs_tokens, setup.policy.system)
     sample_keys = jax.random.key_data(jax.random.split(key, 1))
     sample = jax.tree_util.tree_map(lambda x: x[:1], traces)
     plan = sweep.make_plan(setup, entry, traces.num_iterations, list(points), sample,
@@ -105,14 +105,9 @@ def command(args) -> int:
 SERVING_METRICS = ("itl_mean_s", "itl_p99_s", "throughput_tok_s", "ttft_mean_s")
 
 
-def _serving(args, setup, points, varies) -> int:
-    """A sweep of a stream-serving policy (`moejax.runner.sweep_serving`): one row per design point
-    with throughput, ITL mean / p99 and TTFT over its streams."""
-    from moejax.output.results import atomic_write_csv, atomic_write_json
-    from moejax.output.status import live_status
-    from moejax.runner import distributed, sweep_serving
-    from moejax.trace.gen import WORKLOADS
-
+def _serving(args, setup, entry, points, varies) -> int:
+    """A sweep of a stream-serving policy (`moejax.runner.sweep.run_streams`): one row per
+    design point with throughput, ITL mean / p99 and TTFT over its streams."""
     if args.workload not in WORKLOADS:
         raise ConfigError(f"--workload {args.workload!r}: allowed: {', '.join(WORKLOADS)}")
     if args.rate is not None and not args.rate > 0:
@@ -124,13 +119,12 @@ def _serving(args, setup, points, varies) -> int:
     if distributed.process_count() > 1:
         raise ConfigError(f"--policy {setup.policy.name}: a serving sweep runs in one process; "
                           "drop --num-processes / --coordinator")
-    serving = sweep_serving.Serving(args.rate, args.workload, args.streams, args.requests,
-                                    args.seed)
+    serving = sweep.Serving(args.rate, args.workload, args.streams, args.requests, args.seed)
     t0 = time.perf_counter()
     with live_status(f"sweeping {setup.policy.name}", show=not args.quiet) as say:
-        out = sweep_serving.run(setup, points, serving, progress=say)
+        out = sweep.run_streams(setup, entry, points, serving, progress=say)
     wall = time.perf_counter() - t0
-    cols = sweep_serving.summarize(points, out)
+    cols = sweep.summarize_streams(points, out)
     n_pts = len(next(iter(points.values())))
     m = setup.model
     print(f"{n_pts} design points x {args.streams} streams of {args.requests} requests, "
@@ -158,7 +152,7 @@ def _serving(args, setup, points, varies) -> int:
 def plot_serving(path: Path, points: dict, cols: dict, metric: str, title: str) -> None:
     """One key: mean and p99 ITL (ms) against it, throughput on the right axis. Two or more:
     a heatmap of `metric` over the first two keys (at the first value of the others)."""
-    from moejax.output import plotting
+    from moejax.output import plotting  # matplotlib: loaded only to draw (CLI start-up)
 
     keys = list(points)
     if len(keys) > 1:
@@ -198,7 +192,7 @@ def _scale(key: str) -> tuple[float, str]:
 def plot(path: Path, points: dict, cols: dict, metric: str, title: str) -> None:
     """One key: mean / p50 / p99 against it. Two or more: a heatmap of the mean over the
     first two keys (at the first value of the others)."""
-    from moejax.output import plotting
+    from moejax.output import plotting  # matplotlib: loaded only to draw (CLI start-up)
 
     keys = list(points)
     mean = cols[f"{metric}_mean"]

@@ -1,19 +1,69 @@
-"""`moejax trace import | fit` and the extra output of `moejax trace inspect` (the CLI in
-`moejax.cli.main` adds their parsers and calls these)."""
+"""`moejax trace gen | inspect | import | fit | compare`: make, read, summarize, import,
+fit and compare routing traces; and the `simulate --trace` argument check."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import jax
+
+from moejax.cli.args import positive_int
 from moejax.errors import ConfigError
+from moejax.output.progress import study_progress
+from moejax.output.results import atomic_write_json
+from moejax.runner import budget
+from moejax.trace import analysis, compare, fit, gen, importers, summary
+from moejax.trace import io as trace_io
 
 
-def add_import_parser(tsub, positive_int) -> None:
+def add_parser(sub):
+    t = sub.add_parser("trace", help="generate or inspect routing traces")
+    tsub = t.add_subparsers(dest="trace_cmd", required=True)
+    g = tsub.add_parser("gen", help="generate traces to an .npz file")
+    g.add_argument("spec", help="generator spec, e.g. powerlaw:alpha=1.5")
+    g.add_argument("--out", required=True)
+    g.add_argument("--experts", type=positive_int, required=True)
+    g.add_argument("--top-k", type=positive_int, required=True)
+    g.add_argument("--tokens", type=positive_int, default=256)
+    g.add_argument("--traces", type=positive_int, default=16)
+    g.add_argument("--iterations", type=positive_int, default=1)
+    g.add_argument("--layers", type=positive_int, default=1)
+    g.add_argument("--seed", type=int, default=0)
+    g.set_defaults(trace_fn=run_gen)
+    i = tsub.add_parser("inspect", help="summarize a trace file")
+    i.add_argument("file")
+    i.add_argument("--plot", help="write a PNG of load skew, activated experts, affinity")
+    i.add_argument("--json", help="write activated experts / affinity / locality as JSON")
+    i.set_defaults(trace_fn=run_inspect)
+    _add_import_parser(tsub)
+    _add_fit_parser(tsub)
+    _add_compare_parser(tsub)
+    t.set_defaults(fn=run)
+    return t
+
+
+def run(args) -> int:
+    return args.trace_fn(args)
+
+
+def run_gen(args) -> int:
+    """`moejax trace gen SPEC --out FILE.npz ...`."""
+    spec = gen.parse_spec(args.spec)
+    lazy = gen.generate_chunked(spec, jax.random.key(args.seed), num_traces=args.traces,
+                                iterations=args.iterations, layers=args.layers,
+                                tokens=args.tokens, num_experts=args.experts, top_k=args.top_k)
+    budget.check_whole_batch(lazy)  # the file is written whole: fits, or one line
+    tr = lazy.materialize()
+    trace_io.save(args.out, tr, {"generator": gen.spec_to_str(spec), "seed": args.seed})
+    print(f"wrote {args.out}: {args.traces} traces x {args.iterations} iterations x "
+          f"{args.layers} layers x {args.tokens} tokens, E={args.experts}, k={args.top_k}")
+    return 0
+
+
+def _add_import_parser(tsub) -> None:
     """`moejax trace import --format FORMAT SRC [SRC ...] --out FILE.npz`."""
-    from moejax.trace.importers import FORMATS
-
     p = tsub.add_parser("import", help="import a recorded routing trace to .npz")
-    p.add_argument("--format", required=True, choices=FORMATS,
+    p.add_argument("--format", required=True, choices=importers.FORMATS,
                    help="esft (task folder), olmoe (.pkl files, one iteration each), "
                    "jsonl, counts-csv; see docs/traces.md")
     p.add_argument("src", nargs="+", help="source file(s) or folder")
@@ -40,13 +90,11 @@ def add_import_parser(tsub, positive_int) -> None:
     p.set_defaults(trace_fn=run_import)
 
 
-def add_fit_parser(tsub) -> None:
+def _add_fit_parser(tsub) -> None:
     """`moejax trace fit FILE --family F [--family F ...] [--out FIT.json]`."""
-    from moejax.trace.fit import FIT_FAMILIES
-
     p = tsub.add_parser("fit", help="fit generator families to a recorded trace")
     p.add_argument("file", help="trace file (.npz), e.g. from `moejax trace import`")
-    p.add_argument("--family", action="append", choices=FIT_FAMILIES,
+    p.add_argument("--family", action="append", choices=fit.FIT_FAMILIES,
                    help="family to fit (repeatable; default: all)")
     p.add_argument("--out", help="write the fit of the best (or the only) family as JSON; "
                    "`moejax simulate --trace-gen FILE.json` generates from it")
@@ -57,17 +105,40 @@ def add_fit_parser(tsub) -> None:
     p.set_defaults(trace_fn=run_fit)
 
 
-def run_import(args) -> int:
-    from moejax.trace import io as trace_io
-    from moejax.trace.importers import import_trace, parse_field_map
+def _add_compare_parser(tsub) -> None:
+    """`moejax trace compare A B [--json OUT]`."""
+    p = tsub.add_parser(
+        "compare", help="compare a recording or a fit (A) with a recording (B)",
+        description="Per-layer skew and activated-expert curve of A (a trace .npz or a fit "
+        ".json) against recording B, PASS when every layer's skew is within 10% and the "
+        "curve within 5% (docs/traces.md). A fit describes a workload, not a model.")
+    p.add_argument("a", help="trace file (.npz) or fit (.json from `moejax trace fit --out`)")
+    p.add_argument("b", help="reference recording (.npz)")
+    p.add_argument("--json", help="write the comparison as JSON")
+    p.add_argument("--seed", type=int, default=12345, help="generation seed (fits)")
+    p.set_defaults(trace_fn=run_compare)
 
+
+def run_compare(args) -> int:
+    """`moejax trace compare A B`: print `compare.format_compare`, write JSON on request."""
+    if args.json and Path(args.json).is_dir():
+        raise ConfigError(f"--json: {args.json} is a folder; give a file name")
+    r = compare.compare(args.a, args.b, seed=args.seed)
+    print(compare.format_compare(r))
+    if args.json:
+        atomic_write_json(Path(args.json), r)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def run_import(args) -> int:
     opts = {}
     if args.format == "esft":
         opts = {"tokens_per_iteration": args.tokens_per_iteration,
                 "drop_last_token": not args.keep_last_token}
     elif args.tokens_per_iteration or args.keep_last_token:
         raise ConfigError("--tokens-per-iteration / --keep-last-token: esft format only")
-    jsonl_opts = {"fields": parse_field_map(args.field),
+    jsonl_opts = {"fields": importers.parse_field_map(args.field),
                   "ignore_unknown": args.ignore_unknown_fields,
                   "ragged": "truncate" if args.truncate_to_common else "error"}
     if args.format == "jsonl":
@@ -75,8 +146,8 @@ def run_import(args) -> int:
     elif args.field or args.ignore_unknown_fields or args.truncate_to_common:
         raise ConfigError("--field / --ignore-unknown-fields / --truncate-to-common: jsonl "
                           "format only")
-    tr, meta = import_trace(args.format, args.src, num_experts=args.experts, top_k=args.top_k,
-                            progress=not args.quiet, **opts)
+    tr, meta = importers.import_trace(args.format, args.src, num_experts=args.experts,
+                                      top_k=args.top_k, progress=not args.quiet, **opts)
     trace_io.save(args.out, tr, meta)
     kind = "token-level" if tr.has_tokens else "counts-only"
     print(f"wrote {args.out}: {tr.num_iterations} iterations x {tr.num_layers} layers, "
@@ -89,22 +160,13 @@ def run_import(args) -> int:
     return 0
 
 
-
 def run_fit(args) -> int:
-    import jax
-
-    from moejax.output.results import atomic_write_json
-    from moejax.trace import fit
-    from moejax.trace import io as trace_io
-
     tr, _ = trace_io.load(args.file)
     if tr.batch_shape:
         if tr.batch_shape != (1,):
             raise ConfigError(f"file: fit takes one recording, {args.file} holds "
                               f"{tr.batch_shape[0]} traces")
         tr = tr[0]
-    from moejax.output.progress import study_progress
-
     families = tuple(args.family or fit.FIT_FAMILIES)
     with study_progress("trace fit", len(families) + 1) as tick:  # a family a step, + papers'
         res = fit.fit(tr, families, holdout=not args.no_holdout, key=jax.random.key(args.seed),
@@ -123,9 +185,6 @@ def run_fit(args) -> int:
 
 def run_inspect(args) -> int:
     """`moejax trace inspect FILE [--plot PNG] [--json JSON]`."""
-    from moejax.trace import io as trace_io
-    from moejax.trace import summary
-
     for opt in ("plot", "json"):
         out = getattr(args, opt)
         if out and Path(out).is_dir():
@@ -145,8 +204,6 @@ def inspect_extra(tr, meta: dict, plot_path: str | None, as_json: str | None,
     A batch of traces is summarized over all its traces; the token-level analyses (which
     follow one recording's token order) are of its first trace, and say so.
     """
-    from moejax.trace import analysis
-
     if tr.batch_shape == (1,):
         tr = tr[0]
     first = tr[0] if tr.batch_shape else tr
@@ -156,8 +213,6 @@ def inspect_extra(tr, meta: dict, plot_path: str | None, as_json: str | None,
     a = analysis.analyze(first, meta)
     print(analysis.format_analysis(a))
     if as_json:
-        from moejax.output.results import atomic_write_json
-
         doc = dict(a)
         if tr.batch_shape:
             doc = {"analysis_of_trace": 0, **doc}
@@ -169,7 +224,9 @@ def inspect_extra(tr, meta: dict, plot_path: str | None, as_json: str | None,
         title = meta.get("path", "") if isinstance(meta, dict) else ""
         if tr.batch_shape:
             title = f"{title} trace 0 of {tr.batch_shape[0]}".strip()
-        analysis.plot(first, plot_path, meta, title=title)
+        from moejax.trace.figure import plot_analysis  # matplotlib: loaded only to draw
+
+        plot_analysis(first, plot_path, meta, title=title)
         print(f"wrote {plot_path}")
 
 
@@ -182,8 +239,3 @@ def check_recording_args(args, default_type) -> None:
         raise ConfigError(f"{' / '.join(given)}: --trace {args.trace} simulates the recording "
                           "as recorded (its own traces, iterations and tokens per iteration); "
                           "drop them, or re-import with --tokens-per-iteration (esft)")
-
-
-def fitted_spec_or_none(text: str):
-    """A fit JSON path given to `--trace-gen`, or None for an ordinary spec string."""
-    return text if isinstance(text, str) and text.strip().endswith(".json") else None

@@ -1,34 +1,37 @@
-"""The `moejax tune` subcommand: arguments, and the summary table printed at the end.
-
-Kept here (imported lazily by moejax.cli.main) so the tuning options live beside `TuneConfig`.
-"""
+"""`moejax tune`: arguments (the tunable systems, their parameters and base policies read
+from the registry), the run, and the summary table printed at the end."""
 
 from __future__ import annotations
 
 import argparse
 
+from rich.console import Console
+from rich.table import Table
+
+from moejax import systems
+from moejax.cli.args import add_distributed_arguments, positive_int
 from moejax.errors import ConfigError
+from moejax.runner import distributed
+from moejax.tune import TuneConfig, export, smoothed, tune
+from moejax.tune.loop import build_problem
 
 
-def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
+def add_parser(sub) -> argparse.ArgumentParser:
+    tunable = {k: e for k, e in systems.SYSTEMS.items() if e.tuning is not None}
+    policies = ", ".join(k if e.default_policy == k else f"{e.default_policy} for {k}"
+                         for k, e in tunable.items())
+    params = "; ".join(f"{k}: {e.tuning.help or ', '.join(e.tuning.params)}"
+                       for k, e in tunable.items())
+    per_layer = ", ".join(k for k, e in tunable.items() if e.tuning.per_layer)
     u = sub.add_parser("tune", help="tune a system's parameters by gradient descent (optax), "
                        "with orbax checkpoints")
     u.add_argument("--system", default="ep",
-                   help="system key (tunable: ep, fsedp, wafer, epsmoe, dysharp)")
+                   help=f"system key (tunable: {', '.join(tunable)})")
     u.add_argument("--hardware", default="chiplet-2x2")
     u.add_argument("--model", default="qwen3-30b-a3b")
-    u.add_argument("--policy", default="",
-                   help="base policy (default: ep, fsedp, ep-baseline-map for wafer, "
-                   "aep-defrag for aep, epsmoe-tune for epsmoe)")
+    u.add_argument("--policy", default="", help=f"base policy (default: {policies})")
     u.add_argument("--param", default="placement",
-                   help="comma-separated parameter names (ep: placement, or replicas (experts "
-                   "replicated into --capacity slots per device, default E/D + 1, with learned "
-                   "token shares); wafer: placement, alpha, "
-                   "shadow_slots (alone, --relaxation lattice); "
-                   "aep: decay; epsmoe: pn, switch_rows, sm_comm, assignment; "
-                   "dysharp: placement, comm_sms, tile_tokens, chunks; fsedp: "
-                   "num_microslices, theta_min, slack, and the hardware knobs "
-                   "weight_buffer_bytes, ddr_Bps, link_Bps)")
+                   help=f"comma-separated parameter names ({params})")
     u.add_argument("--steps", type=positive_int, default=200)
     u.add_argument("--traces", type=positive_int, default=64, help="training traces")
     u.add_argument("--batch", type=positive_int, default=16, help="traces per step")
@@ -59,7 +62,7 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
     u.add_argument("--train-fraction", type=float, default=0.5,
                    help="with --trace: share of the recording's iterations to train on")
     u.add_argument("--per-layer", action="store_true",
-                   help="ep, dysharp: one placement per trace layer (as EPLB plans them)")
+                   help=f"{per_layer}: one placement per trace layer (as EPLB plans them)")
     u.add_argument("--relaxation", default="expected",
                    help="expected | system | lattice (integer knobs: hard runs at the "
                    "integer neighbours) | smoothed (aep decay: Gaussian smoothing, "
@@ -70,7 +73,7 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
                    help="fsedp hardware params: 000 Eq. (1)-(2) coefficients, name=value,... "
                    "(area_limit_mm2, power_limit_w, sram_mm2_per_MiB, ucie_module_Bps, "
                    "ucie_module_mm2, compute_mm2, compute_w, d2d_pj_per_bit, ddr_pj_per_bit, "
-                   "penalty_weight; defaults: moejax/tune/hardware.py)")
+                   "penalty_weight; defaults: moejax/systems/fsedp/budget.py)")
     u.add_argument("--requests", type=positive_int, default=16,
                    help="aep: requests per stream (--traces / --eval-traces: streams)")
     u.add_argument("--rate-per-s", type=float, default=200.0, help="aep: Poisson arrival rate")
@@ -86,7 +89,15 @@ def add_tune_parser(sub, positive_int) -> argparse.ArgumentParser:
                    help="with ddr_Bps / link_Bps tuned: write the tuned platform TOML here "
                    "(a policy has no key for them); use it as moejax simulate --hardware")
     u.add_argument("--quiet", action="store_true", help="no progress bar")
+    u.set_defaults(fn=run)
+    add_distributed_arguments(u)
     return u
+
+
+def run(args) -> int:
+    cfg = config_from_args(TuneConfig, args)
+    res = tune(cfg, args.out, resume=args.resume, progress=not args.quiet)
+    return finish(args, cfg, res) if distributed.is_writer() else 0
 
 
 def config_from_args(cls, args):
@@ -109,9 +120,6 @@ def config_from_args(cls, args):
 
 def finish(args, cfg, res) -> int:
     """Print the hard-mode held-out table; export the policy if asked."""
-    from rich.console import Console
-    from rich.table import Table
-
     if cfg.relaxation == "smoothed":
         return _finish_smoothed(args, cfg, res)
     t = Table(title=f"{cfg.system} {', '.join(cfg.params)} on {cfg.hardware}, {cfg.model}: "
@@ -136,9 +144,6 @@ def finish(args, cfg, res) -> int:
     Console().print(t)
     print(f"checkpoints in {args.out} (step {res.step}); summary in {args.out}/summary.json")
     if args.export:
-        from moejax.tune import export
-        from moejax.tune.loop import build_problem
-
         path = export.write_policy(args.export, build_problem(cfg, traces=False), res.hard,
                                    res.step, hardware_path=args.export_hardware)
         print(f"wrote policy {path}")
@@ -149,9 +154,6 @@ def finish(args, cfg, res) -> int:
 
 def _finish_smoothed(args, cfg, res) -> int:
     """aep decay: held-out throughput / ITL / TTFT table; export the tuned policy."""
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title=f"aep decay on {cfg.hardware}, {cfg.model}: held-out, hard mode "
                     f"({cfg.eval_traces} streams x {cfg.requests} requests)")
     for c in ("decay", "tok/s", "mean ITL ms", "mean TTFT ms"):
@@ -162,8 +164,6 @@ def _finish_smoothed(args, cfg, res) -> int:
     Console().print(t)
     print(f"tuned decay {res.hard['decay']:.4f}; checkpoints in {args.out} (step {res.step})")
     if args.export:
-        from moejax.tune import smoothed
-
         path = smoothed.write_policy(args.export, cfg, res.hard, res.step)
         print(f"wrote policy {path}")
     return 0

@@ -1,6 +1,6 @@
-"""Every command's output paths, checked before any work (issue 13: an `--out` that was an
-existing file, a folder, or an unwritable place failed after the simulation, with a
-traceback). A bad path is one `ConfigError` line naming the option; nothing is written.
+"""Output paths checked before any work: an existing file where a folder is expected (or
+the reverse), or an unwritable place, is one `ConfigError` line naming the option, and
+nothing is written (`moejax.cli.outputs` applies these to every command's options).
 """
 
 from __future__ import annotations
@@ -10,33 +10,6 @@ import tempfile
 from pathlib import Path
 
 from moejax.errors import ConfigError
-
-# (command, subcommand) -> {argparse dest: "dir" | "file" | "file-in-folder"}; "file-in-folder":
-# a file whose folder must exist already (the trace writer's rule, `moejax.trace.io.save`).
-OUTPUTS: dict[tuple[str, ...], dict[str, str]] = {
-    ("simulate",): {"out": "dir"},
-    ("reproduce",): {"out": "dir"},
-    ("sweep",): {"out": "dir"},
-    ("tune",): {"out": "dir", "export": "file", "export_hardware": "file"},
-    ("trace", "gen"): {"out": "file-in-folder"},
-    ("trace", "import"): {"out": "file-in-folder"},
-    ("trace", "fit"): {"out": "file", "report": "file"},
-    ("trace", "inspect"): {"plot": "file", "json": "file"},
-    ("export", "latency-table"): {"out": "file"},
-}
-
-
-def check_outputs(args) -> None:
-    """Check the output paths of the parsed command `args` (see `OUTPUTS`)."""
-    cmd = (args.cmd, getattr(args, "trace_cmd", None) or getattr(args, "export_cmd", None))
-    for dest, kind in OUTPUTS.get(cmd, OUTPUTS.get(cmd[:1], {})).items():
-        value = getattr(args, dest, None)
-        if value:
-            option = "--" + dest.replace("_", "-")
-            if kind == "dir":
-                check_dir(value, option)
-            else:
-                check_file(value, option, folder_must_exist=kind == "file-in-folder")
 
 
 def check_dir(path, option: str = "--out") -> Path:

@@ -88,7 +88,7 @@ def save(fig, path: Path | str, dpi: int = 110) -> Path:
 
 def log_if_wide(ax, which: str, values, span: float = 20.0, base: float = 10.0) -> bool:
     """A log axis (plain labels, `log_axis`) only where the finite positive `values` span
-    more than `span` x (issue 13: log axes only where a linear one would hide the small
+    more than `span` x (log axes only where a linear one would hide the small
     values); returns whether it switched."""
     v = np.asarray(values, np.float64)
     v = v[np.isfinite(v) & (v > 0)]

@@ -1,5 +1,5 @@
 """A results folder written whole or not at all: work in a temporary sibling, move it in at
-the end (issue 13: Ctrl-C in `moejax reproduce` left an empty folder, or figures without
+the end (Ctrl-C in `moejax reproduce` must not leave an empty folder, or figures without
 summary.json)."""
 
 from __future__ import annotations

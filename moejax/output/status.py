@@ -1,6 +1,6 @@
 """A live one-line status for long commands whose length is not known up front (a
 discrete-event simulation runs until its streams are done): "compiling", then what has been
-simulated so far, with the time elapsed (issue 13: AEP simulate was silent for minutes).
+simulated so far, with the time elapsed (an AEP simulate must not sit silent for minutes).
 """
 
 from __future__ import annotations

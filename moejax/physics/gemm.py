@@ -133,13 +133,6 @@ def group_time_s(rows, k_dim: int, n_out: int, *, sms, sm_total: int, peak_flops
     return any_rows * (profile.launch_s + jnp.maximum(comp, mem))
 
 
-def ffn_time_s(rows, hidden: int, ffn: int, kernel: str, **kw):
-    """A gated expert FFN (gate, up: [hidden -> ffn]; down: [ffn -> hidden]) as three GEMMs
-    of the chosen kernel ("dense" | "group") over the experts on axis -1."""
-    fn = dense_time_s if kernel == "dense" else group_time_s
-    return 2.0 * fn(rows, hidden, ffn, **kw) + fn(rows, ffn, hidden, **kw)
-
-
 def kernel_time_s(num_tiles, nbytes, launches, t_tile, sms, memory_Bps, launch_s):
     """Generic kernel(s): `launches` launches, ceil(tiles / sms) waves of `t_tile`, at least
     `nbytes` / memory_Bps (elementwise; arrays broadcast)."""

@@ -23,7 +23,6 @@ import jax
 import numpy as np
 
 from moejax.catalog.models import load_model
-from moejax.cli.amoe import p99_from_hist
 from moejax.output.staging import staged_dir
 from moejax.reproduce import amoe_figures
 from moejax.reproduce.steady_amoe import STUDY  # noqa: F401  (`moejax reproduce amoe`)
@@ -38,8 +37,10 @@ from moejax.reproduce.study import (
     run_study,
     write_summary,
 )
-from moejax.systems.amoe import runner, serve
-from moejax.trace.gen import WORKLOADS, request_stream
+from moejax.runner import engine
+from moejax.systems.amoe import serve
+from moejax.systems.amoe.config import p99_from_hist
+from moejax.trace.requests import WORKLOADS, request_stream
 
 MODEL = "mixtral-8x7b"
 ONE_NODE, TWO_NODES = "a100x8-nvswitch", "a100x16-2node"
@@ -77,8 +78,8 @@ def sweep(platform: str, policy: str, top_k: int, workload: str, rates, grid: Gr
     system, params, _ = serve.build(platform, _model(top_k, experts), policy, grid.requests,
                                     overrides=overrides)
     st = _streams(rates, workload, grid.requests)
-    out = runner.run_streams(system, params, jax.tree_util.tree_map(jax.numpy.asarray, st),
-                             jax.random.key(1), chunk_steps=grid.chunk_steps)
+    out = engine.simulate(system, params, jax.tree_util.tree_map(jax.numpy.asarray, st),
+                          jax.random.key(1))
     out = jax.tree_util.tree_map(np.asarray, out)
     rows = []
     for i, rate in enumerate(rates):
@@ -115,7 +116,7 @@ def concurrency_diagnostic(requests, blocks: int = DIAG_BLOCKS) -> list[dict]:
                             rate_per_s=1e5, workload="short")
         for pol, key in (("aep-defrag", "aep"), ("ep-sync", "sync")):
             system, params, _ = serve.build(ONE_NODE, m, pol, int(r))
-            out = runner.run_streams(system, params, st, jax.random.key(1), chunk_steps=4096)
+            out = engine.simulate(system, params, st, jax.random.key(1))
             out = jax.tree_util.tree_map(np.asarray, out)
             row[f"{key}_tok_s"] = float(out["throughput_tok_s"][0])
             row[f"{key}_batch"] = float(out.get("mean_expert_batch", out.get("mean_batch"))[0])
@@ -139,8 +140,8 @@ def scheduler_diagnostic(requests: int, rate: float, blocks: int = DIAG_BLOCKS) 
     res = {"blocks": blocks, "requests": int(requests), "rate_per_s": float(rate)}
     for pol in ("aep-defrag", "aep-mtfs", "aep-flfs"):
         system, params, _ = serve.build(ONE_NODE, m, pol, int(requests))
-        out = jax.tree_util.tree_map(np.asarray, runner.run_streams(
-            system, params, st, jax.random.key(1), chunk_steps=4096))
+        out = jax.tree_util.tree_map(np.asarray, engine.simulate(
+            system, params, st, jax.random.key(1)))
         res[pol] = {"tok_s": round(float(out["throughput_tok_s"][0]), 1),
                     "itl_ms": round(float(out["itl_mean_s"][0]) * 1e3, 3),
                     "expert_batch": round(float(out["mean_expert_batch"][0]), 2)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from moejax.reproduce.study import Claim, Rows
-from moejax.trace.gen import WORKLOADS
+from moejax.trace.requests import WORKLOADS
 
 ONE_NODE, TWO_NODES, ONE_NODE_40G = "a100x8-nvswitch", "a100x16-2node", "a100x8-40g"
 PAPER_GAIN = {"short": 2.7, "medium": 2.3, "reasonable": 2.0}  # 002 §5.1, Fig. 9 (a)-(c)

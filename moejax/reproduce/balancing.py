@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from moejax import tunable as fam
 from moejax.catalog.hardware import load_platform
 from moejax.catalog.models import load_model
 from moejax.placement import eplb_reference, slots
@@ -57,11 +58,11 @@ from moejax.reproduce.balancing_claims import (  # noqa: F401  (the study's axes
 )
 from moejax.reproduce.study import Check, Figure, Grid, Rows, Study
 from moejax.runner import engine
-from moejax.systems import ep, rebalancing, rebalancing_tuning
+from moejax.systems import ep, rebalancing
 from moejax.trace import from_counts
 from moejax.trace import io as trace_io
 from moejax.trace.core import Trace
-from moejax.tune import params as fam
+from moejax.tune import rebalancing as rebalancing_tuning
 
 # Grid fields: workloads and platforms of the placement study; training and held-out batches
 # per workload; tune steps; (workload, platform) pairs tuned (None: all); the rebalancing

@@ -34,6 +34,8 @@ from moejax.reproduce.moentwine_claims import (
 from moejax.reproduce.study import Check, Figure, Grid, Rows, Study
 from moejax.runner import engine
 from moejax.systems.wafer import balancer as bal
+from moejax.systems.wafer import config as wconfig
+from moejax.systems.wafer import layer as wlayer
 from moejax.systems.wafer import system as ws
 from moejax.trace import from_counts, gen
 
@@ -76,17 +78,17 @@ def platform_of(name: str, reading: str = PRIMARY):
 
 
 def wafer_config(platform: str, model, reading: str = PRIMARY, **kw):
-    """ws.make_config under a network reading."""
+    """wconfig.make_config under a network reading."""
     net, bidi, _, _ = READINGS[reading]
-    return ws.make_config(platform_of(platform, reading), model, network=net,
-                          bidirectional_rings=bidi, **kw)
+    return wconfig.make_config(platform_of(platform, reading), model, network=net,
+                               bidirectional_rings=bidi, **kw)
 
 
 def replicated_params(cfg, **kw):
     """default_params, plus replicas when the model has fewer experts than devices: device d
     hosts expert d * E // D (001 §I: "E/D ratios below one"; the paper does not say how, this
     spreads every expert over D / E devices); ESP slices experts instead (no replicas)."""
-    params = ws.default_params(cfg, **kw)
+    params = wconfig.default_params(cfg, **kw)
     e, d = cfg.model.num_experts, cfg.num_devices
     if e >= d or cfg.expert_shards:
         return params
@@ -107,7 +109,7 @@ def _layer_fn(platform: str, model: str, mapping: str, tp: int, retain: bool, sh
 
     @jax.jit
     def run(counts):
-        return ws.layer(cfg, params, host, empty_ids, empty_mask, counts)
+        return wlayer.layer(cfg, params, host, empty_ids, empty_mask, counts)
 
     return cfg, run
 
@@ -357,7 +359,7 @@ def profiled_shadow(cfg, counts: np.ndarray, iterations: int = PROFILE_ITERS):
     the first `iterations` iterations of `counts` [I, L, E] (over layers): the plan a
     deployment would start from after profiling its workload (001 §V-B)."""
     load = jnp.asarray(counts[:iterations].mean((0, 1)), jnp.float32)
-    native = ws.default_params(cfg).placement
+    native = wconfig.default_params(cfg).placement
     host = bal.plan(load, native, cfg.shadow_slots, np.asarray(cfg.topo.hops), cfg.balancer)
     return jnp.clip(host - native, 0.0, 1.0)
 
@@ -376,7 +378,7 @@ def run_balancing(platform: str, model_name: str, mapping: str, tp: int, counts:
                        context_len=context_len, migration_free=migration_free)
     tr = jax.tree_util.tree_map(lambda x: x[None], from_counts(counts, model.top_k))
     sysm = ws.build(cfg, counts.shape[0])
-    params = ws.default_params(cfg, alpha=alpha, beta=beta)
+    params = wconfig.default_params(cfg, alpha=alpha, beta=beta)
     if profiled and kind != "none" and slots > 0:
         params = params.replace(shadow=profiled_shadow(cfg, counts))
     out = engine.simulate(sysm, params, tr)

@@ -46,7 +46,7 @@ from moejax.reproduce.amoe_claims import (  # noqa: F401  (the study's platforms
 from moejax.reproduce.study import Check, Figure, Grid, Rows, Study
 from moejax.systems.amoe import aep, serve, steady, sync, sync_closed
 from moejax.systems.amoe import policy as amoe_policy
-from moejax.trace.gen import WORKLOADS, request_stream
+from moejax.trace.requests import WORKLOADS, request_stream
 
 MODEL = "mixtral-8x7b"
 SEED = 1  # routing seed of every run

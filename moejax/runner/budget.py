@@ -1,5 +1,5 @@
 """Up-front memory estimate of a batch simulation: pick a chunk that fits, or refuse in one
-line before any work (issue 13: a 200 000-trace run ended in an out-of-memory traceback).
+line before any work (a 200 000-trace run must not end in an out-of-memory traceback).
 
 What a run holds, from shapes alone (no compile):
 - for the whole run, per trace: its two split keys (generator and engine, raw and typed) and
@@ -17,6 +17,9 @@ import jax
 import numpy as np
 
 from moejax.errors import ConfigError
+from moejax.runner.engine import batch_size, default_chunk, run_one
+from moejax.trace.chunked import ChunkedTraces
+from moejax.trace.core import Trace
 
 # Per trace and run: 2 x 8 bytes of raw key data and 8 of typed keys, for each of the
 # generator and the engine (jax.random.split of the default threefry impl: 2 x uint32).
@@ -60,7 +63,6 @@ def available_bytes() -> int:
 
 def metric_bytes_per_trace(system, params, traces) -> tuple[int, int]:
     """(bytes of one trace's metrics, number of scalar metrics) by `jax.eval_shape`."""
-    from moejax.runner.engine import run_one
 
     one = _one_trace_shapes(traces)
     out = jax.eval_shape(lambda t, k: run_one(system, params, t, k), one, jax.random.key(0))
@@ -72,9 +74,6 @@ def metric_bytes_per_trace(system, params, traces) -> tuple[int, int]:
 def _one_trace_shapes(traces):
     """ShapeDtypeStructs of one trace of a batch (or of a `ChunkedTraces`, made from its
     shape attributes: no chunk is generated)."""
-    from moejax.trace.chunked import ChunkedTraces
-    from moejax.trace.core import Trace
-
     if isinstance(traces, ChunkedTraces):
         i, l, n, k, e = (traces.num_iterations, traces.num_layers, traces.num_tokens,
                          traces.top_k, traces.num_experts)
@@ -88,8 +87,6 @@ def _one_trace_shapes(traces):
 
 def trace_bytes_per_trace(traces) -> tuple[int, int]:
     """(bytes of one trace's leaves, generator scratch per trace)."""
-    from moejax.runner.engine import batch_size
-    from moejax.trace.chunked import ChunkedTraces
 
     if isinstance(traces, ChunkedTraces):
         return traces.bytes_per_trace, traces.scratch_bytes_per_trace
@@ -137,7 +134,6 @@ def check(system, params, traces, chunk_size: int | None) -> int:
     costs about a second on CPU, and one chunk's keys and metrics are small beside its
     traces).
     """
-    from moejax.runner.engine import batch_size, default_chunk
 
     n = batch_size(traces)
     chunk = min(n, chunk_size or default_chunk(traces, system))
@@ -155,7 +151,6 @@ def check_whole_batch(traces, copies: int = 3, available: int | None = None) -> 
     (the arrays, their NumPy copies, the compressed file) plus one chunk's scratch."""
     available = available_bytes() if available is None else available
     trace_bytes, scratch = trace_bytes_per_trace(traces)
-    from moejax.runner.engine import batch_size
 
     n = batch_size(traces)
     need = n * trace_bytes * copies + min(n, 512) * scratch

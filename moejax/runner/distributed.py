@@ -47,25 +47,9 @@ class Launch:
     auto: bool = False  # let jax detect a cluster (SLURM, Open MPI, ...) by itself
 
 
-def add_arguments(parser) -> None:
-    """The multi-process flags, on a subcommand's parser (simulate, reproduce, tune, sweep)."""
-    g = parser.add_argument_group("multi-process (jax.distributed; see docs/scaling.md)")
-    g.add_argument("--coordinator", default=None,
-                   help="HOST:PORT of process 0 (default $JAX_COORDINATOR_ADDRESS)")
-    g.add_argument("--num-processes", type=int, default=None,
-                   help="processes in the run (default $JAX_NUM_PROCESSES)")
-    g.add_argument("--process-id", type=int, default=None,
-                   help="this process's rank, 0..N-1 (default $JAX_PROCESS_ID)")
-    g.add_argument("--distributed", action="store_true",
-                   help="join a run whose layout jax detects (SLURM, Open MPI) when no "
-                        "coordinator is given")
-    g.add_argument("--distributed-timeout", type=int, default=DEFAULT_TIMEOUT_S,
-                   help=f"seconds to wait for the coordinator and peers "
-                        f"(default {DEFAULT_TIMEOUT_S})")
-
-
 def launch_from_args(args) -> Launch | None:
-    """The launch the flags (or environment variables) ask for; None for one process."""
+    """The launch the flags (`moejax.cli.args.add_distributed_arguments`) or environment
+    variables ask for; None for one process."""
     env = os.environ
     coord = getattr(args, "coordinator", None) or env.get("JAX_COORDINATOR_ADDRESS")
     nproc = getattr(args, "num_processes", None)

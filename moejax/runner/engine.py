@@ -1,7 +1,10 @@
 """The runner: jit + vmap over traces (and params) + a fixed-length `lax.scan` over time.
 
 Systems are pure `init` / `step` / `finish` functions built from a static config
-(STYLE.md rule 1); only this module applies `jit`, `vmap` and `scan` to them.
+(STYLE.md rule 1); only this module applies `jit`, `vmap` and `scan` to them. A system with
+`is_done` (an event simulation over request streams, 002 AMoE) runs in segments of
+`num_steps` steps until every member of its batch is done (`run_until_done`): its input is
+any batched pytree (a `RequestStream` batch), its step count need not be known up front.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import numpy as np
 
 from moejax.errors import MoejaxError
 from moejax.runner import distributed
-from moejax.system import PyTree, System
+from moejax.system import BATCH_AXIS, PyTree, System
 from moejax.trace.chunked import ChunkedTraces
 
 # Traces per compiled call. On CPU, batches much larger than 512 fall out of cache (a 4096
@@ -105,9 +108,14 @@ def simulate(
     *,
     sweep: bool = False,
     chunk_size: int | None = None,
-    progress: bool | None = None,
+    progress=None,
+    **until_done,
 ) -> PyTree:
     """Simulate a batch of traces; returns the metrics pytree with a leading `[T]` axis.
+
+    A system with `is_done` runs until done (`run_until_done`, which takes the keyword
+    arguments `until_done`, and `progress` as a callable); the rest of this text is about
+    fixed-length trace systems.
 
     sweep: `params` carries a leading `[P]` axis; metrics get `[P, T]` (one vmapped call).
     chunk_size: traces per compiled call (default `default_chunk(traces)`); a progress bar is shown
@@ -119,11 +127,16 @@ def simulate(
     multi-process run (`moejax.runner.distributed`) each process simulates its block of the global
     trace indices and the results are all-gathered: identical to the single-process run.
     """
+    if system.is_done is not None:
+        if sweep or chunk_size:
+            raise MoejaxError(f"{system.name}: runs until done on its whole batch; give "
+                              "per-member params (params_batched) instead of sweep / chunk_size")
+        return run_until_done(system, params, traces, key, progress=progress, **until_done)
+    if until_done:
+        raise TypeError(f"simulate: unexpected arguments {sorted(until_done)} for a "
+                        "fixed-length system")
     n = batch_size(traces)
-    key = jax.random.key(0) if key is None else key
-    if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
-        key = jax.random.wrap_key_data(key)  # a legacy uint32 PRNGKey
-    keys = jax.random.split(key, n)
+    keys = jax.random.split(_typed_key(key), n)
     key_data = jax.random.key_data(keys)
     chunk = min(n, chunk_size or default_chunk(traces, system))
     part = distributed.partition(n, chunk)  # several processes: this one's whole chunks
@@ -140,6 +153,96 @@ def simulate(
             advance()
     out = results[0] if len(results) == 1 else _concatenate(1 if sweep else 0)(*results)
     return out if part is None else part.gather(out, 1 if sweep else 0)
+
+
+def _typed_key(key) -> jax.Array:
+    """A typed PRNG key (default `key(0)`; a legacy uint32 PRNGKey is wrapped)."""
+    key = jax.random.key(0) if key is None else key
+    if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)
+    return key
+
+
+def run_until_done(system: System, params: PyTree, inputs: PyTree, key=None, *, keys=None,
+                   params_batched=False, max_steps: int = 50_000_000,
+                   return_state: bool = False, progress=None) -> PyTree:
+    """Metrics with a leading `[T]` axis of a system with `is_done`, run until every member
+    of the batch `inputs` (any pytree with a leading `[T]` axis, e.g. a `RequestStream`
+    batch) is done.
+
+    One compiled call runs a segment: a loop of at most `system.num_steps` steps, vmapped
+    over the batch with axis name `BATCH_AXIS`, which stops once every member is done (a
+    done member's state is frozen; a `while_loop`, not a fixed `scan`: these event
+    simulations are not differentiated, and a segment ends as soon as its batch is done);
+    the host calls segments until all are done, so the number of steps need not be known
+    up front. Step t gets the int32 index t within its segment (`System.inputs` is for
+    fixed-length systems). Member t uses `jax.random.split(key, T)[t]`
+    (or `keys[t]`). params_batched: True if every params leaf carries the leading `[T]` axis
+    (member t runs with params[t]), or a pytree prefix of params with 0 (batched) / None
+    (shared) per part, as `jax.vmap`'s in_axes. Raises MoejaxError if some member is not
+    done after `max_steps` steps. return_state: also return the final state. progress(text):
+    told "compiling", then after each segment how many members are done.
+    """
+    if system.inputs is not None:
+        raise MoejaxError(f"{system.name}: a system run until done takes no per-step inputs")
+    n = batch_size(inputs)
+    if keys is None:
+        keys = jax.random.split(_typed_key(key), n)
+    key_data = jax.random.key_data(keys)
+    init, segment, finish = until_done_program(system, params_batched,
+                                               str(jax.random.key_impl(keys)))
+    say = progress if callable(progress) else (lambda text: None)
+    say("compiling")
+    state = init(params, inputs, key_data)
+    steps = 0
+    while True:
+        state, done = segment(params, state)
+        steps += system.num_steps
+        done = np.asarray(done)
+        say(f"{steps} steps simulated, {int(done.sum())} of {done.size} done")
+        if bool(np.all(done)):
+            break
+        if steps >= max_steps:
+            raise MoejaxError(f"{system.name}: {int((~done).sum())} of {done.size} not done "
+                              f"after max_steps = {max_steps} steps; raise max_steps or lower "
+                              "the load")
+    out = finish(params, state)
+    return (out, state) if return_state else out
+
+
+def until_done_program(system: System, params_batched=False, key_impl: str = "threefry2x32"):
+    """(init, segment, finish) of `run_until_done`, each jit(vmap) over the batch, for
+    callers that drive the segments themselves (benchmarks): init(params, inputs, key_data)
+    -> state; segment(params, state) -> (state, done [T]), at most `system.num_steps` steps,
+    its state argument donated; finish(params, state) -> metrics. params_batched: as
+    `run_until_done`."""
+    axes = 0 if params_batched is True else (None if params_batched is False else params_batched)
+    return _until_done_compiled(system, axes, key_impl)
+
+
+@functools.lru_cache(maxsize=64)
+def _until_done_compiled(system: System, params_axes, key_impl: str):
+    def init_one(params, x, key_data):
+        return system.init(params, x, jax.random.wrap_key_data(key_data, impl=key_impl))
+
+    def segment_one(params, state):
+        def running(c):  # the same predicate for every member: one loop under vmap
+            return (c[0] < system.num_steps) & jax.lax.pmax(~system.is_done(c[1]), BATCH_AXIS)
+
+        def body(c):
+            t, st = c
+            new, _ = system.step(params, st, t)
+            done = system.is_done(st)
+            return t + 1, jax.tree_util.tree_map(lambda a, b: jnp.where(done, b, a), new, st)
+
+        _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
+        return state, system.is_done(state)
+
+    init = jax.jit(jax.vmap(init_one, in_axes=(params_axes, 0, 0)))
+    segment = jax.jit(jax.vmap(segment_one, in_axes=(params_axes, 0), axis_name=BATCH_AXIS),
+                      donate_argnums=1)
+    finish = jax.jit(jax.vmap(lambda p, s: system.finish(p, s, None), in_axes=(params_axes, 0)))
+    return init, segment, finish
 
 
 def chunk_reader(traces: PyTree, key_data, *, several: bool = True):

@@ -1,5 +1,5 @@
 """Streaming summaries of per-trace metrics with a stated error: mean, percentiles, min, max
-of millions of values without holding them (issue 18, `moejax simulate --stream`).
+of millions of values without holding them (`moejax simulate --stream`).
 
 Percentiles come from a fixed-bin logarithmic histogram, the mapping of DDSketch (Masson, Rim
 and Lee, "DDSketch: a fast and fully-mergeable quantile sketch with relative-error

@@ -1,4 +1,5 @@
-"""`moejax simulate --stream`: millions of traces in bounded memory (issue 18).
+"""`moejax simulate --stream`: millions of traces in bounded memory (the command itself,
+which prints and writes the summary, is `moejax.cli.simulate.simulate_streamed`).
 
 Traces are made (or sliced from a recording) a chunk at a time, exactly as in
 `engine.simulate` (same keys, same chunk shapes, so a streamed run's rows equal the in-memory
@@ -34,15 +35,14 @@ import io
 import json
 import signal
 import threading
-import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
 from moejax.errors import ConfigError
-from moejax.output.results import atomic_write_bytes, atomic_write_json
-from moejax.runner import budget, distributed, engine
+from moejax.output.results import atomic_write_bytes
+from moejax.runner import distributed, engine
 from moejax.runner.sketch import ALPHA, LogHistogram, RunningMean
 from moejax.trace.chunked import key_data_of
 
@@ -311,66 +311,3 @@ def run(system, params, traces, key, *, chunk: int, meta: dict, out_dir: Path | 
                     flush(hi)
             advance()
     return (sums if writer else None), done_now, meta
-
-
-def simulate_streamed(args, setup, traces, key, source: str) -> int:
-    """The CLI's `simulate --stream` / `--resume` (see the module doc); prints the summary and
-    writes summary.json when the last trace is done."""
-    from moejax.api import check_trace_fits
-    from moejax.cli.main import _print_summary
-    from moejax.systems import SYSTEMS
-
-    if args.resume and not args.out:
-        raise ConfigError("--resume: needs --out, the folder of the run to continue")
-    out_dir = Path(args.out) if args.out else None
-    entry = SYSTEMS[setup.policy.system]
-    m = setup.model
-    check_trace_fits(traces, m, entry.needs_tokens, setup.policy.system)
-    system, params = entry.from_policy(setup.platform, m, setup.policy.options_table(),
-                                       traces.num_iterations)
-    n = engine.batch_size(traces)
-    chunk = min(n, args.chunk or engine.default_chunk(traces, system))
-    tb, scratch = budget.trace_bytes_per_trace(traces)
-    chunk = budget.plan_chunk(n, chunk, trace_bytes=tb, scratch_bytes=scratch, metric_bytes=0,
-                              metric_scalars=0, chunk_given=args.chunk is not None)
-    meta = {"hardware": setup.platform.name, "model": m.name, "policy": setup.policy.name,
-            "system": setup.policy.system, "trace_source": source, "traces": n,
-            "tokens": int(traces.num_tokens), "iterations": int(traces.num_iterations),
-            "layers": int(traces.num_layers), "seed": int(args.seed), "chunk": chunk,
-            "chunk_given": args.chunk is not None, "alpha": ALPHA, "part_rows": PART_ROWS}
-    t0 = time.perf_counter()
-    sums, done_now, meta = run(system, params, traces, key, chunk=chunk, meta=meta,
-                               out_dir=out_dir, resume=args.resume,
-                               progress=not args.quiet)
-    wall = time.perf_counter() - t0
-    if not distributed.is_writer():  # several processes: process 0 prints and writes
-        return 0
-    h = sums.hists
-    summary = {
-        "hardware": meta["hardware"], "model": meta["model"], "policy": meta["policy"],
-        "system": meta["system"],
-        "tokens": int(args.tokens) if not args.trace else float(
-            np.mean(np.asarray(traces.tokens_per_iteration()))),
-        "traces": n, "iterations": meta["iterations"], "trace_source": source,
-        "latency_s": h["latency_s"].summary(), "forward_s": h["forward_s"].summary(),
-        "utilization_mean": sums.mean("utilization_mean"),
-        "breakdown_s": {k: sums.mean(k) for k in
-                        ("comm_s", "compute_s", "memory_s", "attention_s") if k in sums.means},
-        "tokens_per_s_mean": sums.mean("tokens_per_s"),
-        "wall_s": wall,
-        "streamed": {
-            "traces_this_call": done_now,
-            "chunk": meta["chunk"],
-            "processes": distributed.process_count(),
-            "results": f"{PARTS}/part-*.parquet, {PART_ROWS} traces a part" if out_dir
-            else None,
-            "percentiles": f"log-bucket histogram (moejax.runner.sketch, DDSketch mapping): p50 / "
-                           f"p99 within relative error {ALPHA:g} of NumPy's; mean, min, max "
-                           "exact to float64 rounding",
-        },
-    }
-    _print_summary(summary)
-    if out_dir is not None:
-        atomic_write_json(out_dir / "summary.json", summary)
-        print(f"wrote {out_dir / PARTS}/ ({n} traces) and {out_dir / 'summary.json'}")
-    return 0

@@ -15,8 +15,19 @@ How a value reaches the simulation, per key:
   change to the system. A value the system uses for shapes or checks on the host (e.g.
   FSE-DP derives its micro-slice minimum from the buffer size) cannot be traced: the key is
   rejected in one line naming the keys that can be swept for that system.
-Stream-serving systems (002 AMoE: aep, ep_serving) serve request streams, not traces:
-`moejax.runner.sweep_serving` (the CLI sends them there).
+
+Systems whose registry entry takes request streams (`input_kind = "streams"`, 002 AMoE:
+aep, ep_serving) sweep over Poisson streams instead (`run_streams`, 002 §5: `--rate`,
+`--workload`, `--streams`, `--requests`): a design point is (platform values, policy params,
+arrival rate) and its metrics are per stream: throughput, mean ITL, ITL p99 (from the
+streams' pooled ITL histogram, 002 Fig. 9's metric), mean TTFT. Every point runs the same
+streams (common random numbers: the same arrivals per rate, the same routing keys), so
+points differ only by the swept values. Such a system is built on the host once per
+distinct platform point; the points whose systems are the same compiled program (the AEP
+rounds path: one program per Spec and placement, its platform values in `params.consts`)
+run as the rows of one engine call, each (point, stream) row with its own params and
+stream; others (the sync baseline, whose costs are constants of its program) one call per
+platform point.
 """
 
 from __future__ import annotations
@@ -31,6 +42,8 @@ import numpy as np
 
 from moejax.errors import ConfigError
 from moejax.runner import distributed, engine
+from moejax.systems.amoe import serve
+from moejax.systems.amoe.config import p99_from_hist
 
 # Platform values a sweep may trace: key -> (spec, field). `peak_flops` sets the bf16 peak and
 # scales every other dtype's entry by the same factor (the ratios of the vendor sheet).
@@ -111,12 +124,14 @@ def grid(varies: list[Vary]) -> dict[str, np.ndarray]:
 def params_keys(params) -> list[str]:
     """Scalar (or None) fields of a params dataclass, which a sweep can batch; `tau` is the
     relaxation temperature, not a design value, and is left out, as are the fields a params
-    class names in `TUNING_ONLY`."""
+    class names in `TUNING_ONLY` and nested dataclasses (e.g. AEP's `consts`, arrays derived
+    from the platform)."""
     out = []
     skip = ("tau", *getattr(type(params), "TUNING_ONLY", ()))
     for f in dataclasses.fields(params):
         v = getattr(params, f.name)
-        if f.name not in skip and (v is None or np.ndim(v) == 0):
+        if (f.name not in skip and not dataclasses.is_dataclass(v)
+                and (v is None or np.ndim(v) == 0)):
             out.append(f.name)
     return out
 
@@ -254,4 +269,102 @@ def summarize(points: dict[str, np.ndarray], out: dict[str, np.ndarray],
     for k, v in out.items():
         if k != metric and np.ndim(v) == 2:
             cols[f"{k}_mean"] = np.asarray(v, np.float64).mean(1)
+    return cols
+
+
+# --- request-stream systems (input_kind "streams") ------------------------------------------
+
+# Stream values a stream sweep may vary besides HARDWARE_KEYS and params keys.
+STREAM_KEYS = ("rate",)
+# per-stream metrics averaged over a point's streams
+MEAN_METRICS = ("throughput_tok_s", "itl_mean_s", "ttft_mean_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class Serving:
+    """The request streams of a stream sweep (002 §5)."""
+
+    rate: float | None
+    workload: str
+    streams: int
+    requests: int
+    seed: int
+
+
+def check_stream_keys(setup, entry, keys: list[str],
+                      serving: Serving) -> tuple[list[str], list[str]]:
+    """(params keys, hardware keys) of a stream sweep; ConfigError naming the allowed keys."""
+    _, params = entry.from_policy(setup.platform, setup.model, setup.policy.options_table(),
+                                  serving.requests)
+    pkeys = params_keys(params)
+    allowed = [*STREAM_KEYS, *pkeys, *HARDWARE_KEYS]
+    for k in keys:
+        if k not in allowed:
+            raise ConfigError(f"--vary {k}: not a value system {setup.policy.system!r} can "
+                              f"sweep; allowed keys: {', '.join(allowed)}")
+    if "rate" not in keys and serving.rate is None:
+        raise ConfigError(f"--rate: policy {setup.policy.name!r} serves Poisson request "
+                          "streams; give --rate R (requests/s) or --vary rate=LO:HI:N")
+    return [k for k in keys if k in pkeys], [k for k in keys if k in HARDWARE_KEYS]
+
+
+def _platform_groups(points, hw_keys, n):
+    """(index of each point's platform group [P], one value dict per group)."""
+    if not hw_keys:
+        return np.zeros(n, np.int64), [{}]
+    table = np.stack([points[k] for k in hw_keys], 1)
+    uniq, group = np.unique(table, axis=0, return_inverse=True)
+    return group.reshape(-1), [dict(zip(hw_keys, (float(v) for v in row), strict=True))
+                               for row in uniq]
+
+
+def run_streams(setup, entry, points: dict[str, np.ndarray], serving: Serving, *,
+                progress=None) -> dict[str, np.ndarray]:
+    """Per-stream metrics [P, S] of every design point (1-D metrics and `itl_hist`
+    [P, S, H]); `progress(text)` hears how far each engine call is."""
+    pkeys, hw_keys = check_stream_keys(setup, entry, list(points), serving)
+    n, s_ = len(next(iter(points.values()))), serving.streams
+    rates = points["rate"] if "rate" in points else np.full(n, serving.rate)
+    if not np.all(rates > 0):
+        raise ConfigError("--vary rate: every rate must be > 0 requests/s")
+    k_stream, k_sim = serve.stream_keys(serving.seed)
+    by_rate = {float(r): serve.streams(k_stream, num_streams=s_, num_requests=serving.requests,
+                                       rate_per_s=float(r), workload=serving.workload)
+               for r in np.unique(rates)}
+    keys = jax.random.key_data(jax.random.split(k_sim, s_))
+    group, hws = _platform_groups(points, hw_keys, n)
+    built = [entry.from_policy(with_platform_values(setup.platform, hw) if hw else
+                               setup.platform, setup.model, setup.policy.options_table(),
+                               serving.requests) for hw in hws]
+    programs: dict = {}  # System -> the points it runs (one engine call each)
+    for p in range(n):
+        programs.setdefault(built[int(group[p])][0], []).append(p)
+    rows: list = [None] * n
+    cat = functools.partial(jax.tree_util.tree_map, lambda *xs: np.concatenate(xs))
+    for system, idx in programs.items():
+        params = []
+        for p in idx:  # each point's params, the swept values set, one row per stream
+            pp = built[int(group[p])][1].replace(
+                **{k: np.float32(points[k][p]) for k in pkeys})
+            params.append(jax.tree_util.tree_map(
+                lambda x: np.broadcast_to(np.asarray(x), (s_, *np.shape(x))), pp))
+        out = engine.simulate(
+            system, cat(*params), cat(*[by_rate[float(rates[p])] for p in idx]),
+            keys=jax.random.wrap_key_data(np.tile(np.asarray(keys), (len(idx), 1))),
+            params_batched=True, progress=progress)
+        out = jax.tree_util.tree_map(np.asarray, out)
+        for j, p in enumerate(idx):
+            rows[p] = jax.tree_util.tree_map(lambda x, j=j: x[j * s_:(j + 1) * s_], out)
+    return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *rows)
+
+
+def summarize_streams(points: dict[str, np.ndarray], out: dict[str, np.ndarray]) -> dict:
+    """Tidy columns, one row per design point: the swept values; the stream means of
+    throughput, mean ITL and mean TTFT; ITL p99 of the point's streams pooled (the upper
+    edge of the histogram bin holding it, as `moejax simulate` reports it)."""
+    cols = {k: np.asarray(v) for k, v in points.items()}
+    for k in MEAN_METRICS:
+        cols[k] = np.asarray(out[k], np.float64).mean(1)
+    cols["itl_p99_s"] = np.array([p99_from_hist(h.sum(0)) for h in np.asarray(out["itl_hist"])])
+    cols["all_done"] = np.asarray(out["all_done"]).all(1)
     return cols

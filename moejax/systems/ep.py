@@ -27,6 +27,7 @@ from moejax.errors import ConfigError
 from moejax.physics import collectives, topology
 from moejax.physics.roofline import compute_time_s, memory_time_s
 from moejax.system import System
+from moejax.systems import metrics
 from moejax.trace import Trace
 
 ATTENTION_MODES = ("dp", "tp")
@@ -169,7 +170,10 @@ def expert_time_s(cfg: EPConfig, tokens_de, tau, tau_tokens=0.0):
     mem = memory_time_s(relax.positive(tokens_de, tau_tokens) * m.expert_weight_bytes,
                         dev.memory_Bps)
     t = relax.maximum(comp, mem, tau).sum(-1)
-    return t, comp.sum(-1)
+    # the compute part from each device's token total (whole tokens: a sum exact in any
+    # order), not a sum of per-expert times, whose rounding varied with the batch's size
+    # (XLA's CPU backend fused the products into the sum, or not; see `metrics.rounded`)
+    return t, compute_time_s(tokens_de.sum(-1) * m.expert_flops_per_token, peak)
 
 
 def shared_time_s(cfg: EPConfig, tokens_d, tau):
@@ -297,79 +301,76 @@ def iteration_times(cfg: EPConfig, params: EPParams, expert_ids, token_mask, cou
     att, _ = attention_time_s(cfg, n_tokens, tau_s)
     dense = dense_ffn_time_s(cfg, n_tokens, tau_s)
     m = cfg.model
-    other = m.num_layers * att + m.num_dense_layers * dense
     # the trace's L layers sample the model's sparse layers: scale their mean
-    return layers, layers["latency_s"].mean() * m.num_sparse_layers + other, other
+    moe, att_all, dense_all = metrics.rounded(layers["latency_s"].mean() * m.num_sparse_layers,
+                                              m.num_layers * att, m.num_dense_layers * dense)
+    other = att_all + dense_all
+    return layers, moe + other, other
 
 
 @struct.dataclass
 class EPState:
-    """Accumulators over iterations (all float32)."""
+    """Metrics summed over iterations (`metrics.Running`), and the trace's real tokens."""
 
-    trace: Trace
-    layer_latency_s: jax.Array  # sum over iterations of the mean MoE-layer latency
-    forward_s: jax.Array  # sum of forward-pass latencies
-    comm_s: jax.Array  # sum of per-layer all-to-all time (dispatch + combine)
-    compute_s: jax.Array  # sum of per-layer critical compute time
-    expert_s: jax.Array  # sum of per-layer critical expert time (compute or memory)
-    attention_s: jax.Array  # sum of attention (+ dense) time per forward
-    device_compute_s: jax.Array  # [D] compute-busy time per device
-    link_bytes: jax.Array  # [Lk] bytes per link
-    iterations: jax.Array  # iterations with tokens
+    run: metrics.Running
+    tokens: jax.Array  # real tokens over every iteration of the trace
+
+
+SUMS = {
+    "layer_latency_s": (),  # the mean MoE-layer latency of each iteration
+    "forward_s": (),  # forward-pass latency
+    "comm_s": (),  # per-layer all-to-all time (dispatch + combine)
+    "compute_s": (),  # per-layer critical compute time
+    "expert_s": (),  # per-layer critical expert time (compute or memory)
+    "attention_s": (),  # attention (+ dense) time per forward
+}
 
 
 def build(cfg: EPConfig, num_iterations: int) -> System:
     """Synchronous EP as an init / step / finish system over `num_iterations` iterations."""
     d, lk = cfg.num_devices, cfg.topo.num_links
+    shapes = {**SUMS, "device_compute_s": (d,), "link_bytes": (lk,)}
 
     def init(params: EPParams, trace: Trace, key):
         del key
         check_layers(params.placement, trace.counts.shape[-2])
-        z = jnp.float32(0.0)
-        return EPState(trace, z, z, z, z, z, z, jnp.zeros(d), jnp.zeros(lk), z)
+        return EPState(metrics.Running.zeros(shapes), trace.tokens_per_iteration().sum())
 
-    def step(params: EPParams, state: EPState, t):
-        tr = state.trace
-        ids, mask = tr.expert_ids[t], tr.token_mask[t]  # [L, N, K], [N]
-        counts = tr.counts[t]  # [L, E]
-        layers, forward, other = iteration_times(cfg, params, ids, mask, counts)
-        real = (counts[0].sum() > 0).astype(jnp.float32)
+    def step(params: EPParams, state: EPState, it: metrics.Iteration):
+        layers, forward, other = iteration_times(cfg, params, it.expert_ids, it.token_mask,
+                                                 it.counts)
         n_layers = layers["latency_s"].shape[0]
-        new = state.replace(
-            layer_latency_s=state.layer_latency_s + real * layers["latency_s"].mean(),
-            forward_s=state.forward_s + real * forward,
-            comm_s=state.comm_s + real * layers["comm_s"].mean(),
-            compute_s=state.compute_s + real * layers["compute_s"].mean(),
-            expert_s=state.expert_s + real * layers["expert_s"].mean(),
-            attention_s=state.attention_s + real * other,
-            device_compute_s=state.device_compute_s
-            + real * layers["device_compute_s"].sum(0) / n_layers,
-            link_bytes=state.link_bytes + real * layers["link_bytes"].sum(0),
-            iterations=state.iterations + real,
-        )
-        return new, layers["latency_s"].mean()
+        run = state.run.add(metrics.real_iteration(it.counts[0].sum()), {
+            "layer_latency_s": layers["latency_s"].mean(),
+            "forward_s": forward,
+            "comm_s": layers["comm_s"].mean(),
+            "compute_s": layers["compute_s"].mean(),
+            "expert_s": layers["expert_s"].mean(),
+            "attention_s": other,
+            "device_compute_s": layers["device_compute_s"].sum(0) / n_layers,
+            "link_bytes": layers["link_bytes"].sum(0),
+        })
+        return state.replace(run=run), layers["latency_s"].mean()
 
     def finish(params: EPParams, state: EPState, outs):
-        n = jnp.maximum(state.iterations, 1.0)
-        layer = state.layer_latency_s / n
+        s, mean = state.run.sums, state.run.means()
+        util = metrics.share_of(s["device_compute_s"], jnp.maximum(s["layer_latency_s"], 1e-30))
         return {
-            "latency_s": layer,
-            "forward_s": state.forward_s / n,
-            "comm_s": state.comm_s / n,
-            "compute_s": state.compute_s / n,
-            "memory_s": (state.expert_s - state.compute_s) / n,
-            "attention_s": state.attention_s / n,
-            "utilization": state.device_compute_s / jnp.maximum(state.layer_latency_s, 1e-30),
-            "utilization_mean": (state.device_compute_s
-                                 / jnp.maximum(state.layer_latency_s, 1e-30)).mean(),
-            "link_bytes": state.link_bytes / n,
-            "tokens_per_s": (state.trace.tokens_per_iteration().sum()
-                             / jnp.maximum(state.forward_s, 1e-30)),
+            "latency_s": mean["layer_latency_s"],
+            "forward_s": mean["forward_s"],
+            "comm_s": mean["comm_s"],
+            "compute_s": mean["compute_s"],
+            "memory_s": (s["expert_s"] - s["compute_s"]) / state.run.count(),
+            "attention_s": mean["attention_s"],
+            "utilization": util,
+            "utilization_mean": util.mean(),
+            "link_bytes": mean["link_bytes"],
+            "tokens_per_s": state.tokens / jnp.maximum(s["forward_s"], 1e-30),
             "layer_latency_per_iter_s": outs,
         }
 
     return System(name="ep", init=init, step=step, finish=finish, num_steps=num_iterations,
-                  accelerator_chunk=ACCELERATOR_CHUNK)
+                  accelerator_chunk=ACCELERATOR_CHUNK, inputs=metrics.inputs(num_iterations))
 
 
 # --- policy options ------------------------------------------------------------------------

@@ -20,7 +20,7 @@ init / step / finish system over the iterations of a long trace:
   placement serving from the next iteration; 'free' charges nothing (an upper bound).
 
 R and W are traced params (floats, floored / rounded here), so a grid of them is one
-vmapped sweep and `moejax.systems.rebalancing_tuning` smooths over them; W is at most the
+vmapped sweep and `moejax.tune.rebalancing` smooths over them; W is at most the
 static ring length `max_window`.
 """
 
@@ -36,8 +36,8 @@ from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
 from moejax.placement import eplb, migration, slots
-from moejax.system import System
-from moejax.systems import ep
+from moejax.system import System, SystemEntry
+from moejax.systems import ep, metrics
 from moejax.trace import Trace
 
 MIGRATION_MODES = ("blocking", "overlapped", "free")
@@ -135,21 +135,12 @@ def stall_s(mode: str, move_s, forward_s, comm_s):
 
 @struct.dataclass
 class RebalanceState:
-    trace: Trace
     placement: jax.Array  # [L, E, D] shares in force
     pending: jax.Array  # [L, E, D] plan going live at the next iteration ('overlapped')
     has_pending: jax.Array
     ring: jax.Array  # [W_max, L, E] loads of past iterations
-    layer_latency_s: jax.Array
-    forward_s: jax.Array  # with migration stalls
-    comm_s: jax.Array
-    stall_s: jax.Array
-    migration_bytes: jax.Array
-    migration_s: jax.Array  # transfer time (before overlap)
-    replans: jax.Array
-    load_ratio: jax.Array  # sum over iterations of the mean over layers of max / mean tokens
-    device_compute_s: jax.Array  # [D]
-    iterations: jax.Array
+    run: metrics.Running
+    tokens: jax.Array  # real tokens over every iteration of the trace
 
 
 def build(cfg: RebalanceConfig, num_iterations: int) -> System:
@@ -157,20 +148,25 @@ def build(cfg: RebalanceConfig, num_iterations: int) -> System:
     e_cfg = cfg.ep
     m, d = e_cfg.model, e_cfg.num_devices
     w_max = cfg.max_window
+    # sums over iterations with tokens (forward_s with migration stalls; load_ratio: the
+    # mean over layers of max / mean tokens per device); totals over every iteration
+    # (migration_s: transfer time before overlap)
+    sums = {"layer_latency_s": (), "forward_s": (), "comm_s": (), "load_ratio": (),
+            "device_compute_s": (d,)}
+    totals = {"stall_s": (), "migration_bytes": (), "migration_s": (), "replans": ()}
 
     def init(params: RebalanceParams, trace: Trace, key):
         del key
         num_layers = trace.counts.shape[-2]
         ep.check_layers(params.initial, num_layers)
         place = jnp.broadcast_to(params.initial, (num_layers, m.num_experts, d))
-        z = jnp.float32(0.0)
-        return RebalanceState(trace, place, place, jnp.bool_(False),
-                              jnp.zeros((w_max, num_layers, m.num_experts)), z, z, z, z, z, z,
-                              z, z, jnp.zeros(d), z)
+        return RebalanceState(place, place, jnp.bool_(False),
+                              jnp.zeros((w_max, num_layers, m.num_experts)),
+                              metrics.Running.zeros(sums, totals),
+                              trace.tokens_per_iteration().sum())
 
-    def step(params: RebalanceParams, state: RebalanceState, t):
-        tr = state.trace
-        ids, mask, counts = tr.expert_ids[t], tr.token_mask[t], tr.counts[t]
+    def step(params: RebalanceParams, state: RebalanceState, it: metrics.Iteration):
+        t, ids, mask, counts = it.index, it.expert_ids, it.token_mask, it.counts
         num_layers = counts.shape[0]
         interval = jnp.floor(params.interval)
         window = jnp.clip(jnp.round(params.window), 1.0, float(w_max))
@@ -192,50 +188,50 @@ def build(cfg: RebalanceConfig, num_iterations: int) -> System:
         tok = counts[:, :, None] * serving  # [L, E, D]
         dev = tok.sum(1)  # [L, D]
         ratio = (dev.max(-1) / jnp.maximum(dev.mean(-1), 1e-30)).mean()
-        real = (counts[0].sum() > 0).astype(jnp.float32)
         keep_pending = replan & (cfg.migration == "overlapped")
+        run = state.run.add(metrics.real_iteration(counts[0].sum()), {
+            "layer_latency_s": layers["latency_s"].mean(),
+            "forward_s": forward + stall,
+            "comm_s": layers["comm_s"].mean(),
+            "load_ratio": ratio,
+            "device_compute_s": layers["device_compute_s"].sum(0) / num_layers,
+        }, totals={
+            "stall_s": stall,
+            "migration_bytes": traffic.sum(),
+            "migration_s": move_s,
+            "replans": replan.astype(jnp.float32),
+        })
         new = state.replace(
             placement=serving,
             pending=jnp.where(keep_pending, planned, serving),
             has_pending=keep_pending,
             ring=state.ring.at[jnp.mod(t, w_max)].set(counts),
-            layer_latency_s=state.layer_latency_s + real * layers["latency_s"].mean(),
-            forward_s=state.forward_s + real * (forward + stall),
-            comm_s=state.comm_s + real * layers["comm_s"].mean(),
-            stall_s=state.stall_s + stall,
-            migration_bytes=state.migration_bytes + traffic.sum(),
-            migration_s=state.migration_s + move_s,
-            replans=state.replans + replan.astype(jnp.float32),
-            load_ratio=state.load_ratio + real * ratio,
-            device_compute_s=state.device_compute_s
-            + real * layers["device_compute_s"].sum(0) / num_layers,
-            iterations=state.iterations + real,
+            run=run,
         )
         return new, {"layer_latency_s": layers["latency_s"].mean(), "forward_s": forward + stall,
                      "replan": replan}
 
     def finish(params: RebalanceParams, state: RebalanceState, outs):
-        n = jnp.maximum(state.iterations, 1.0)
-        util = state.device_compute_s / jnp.maximum(state.layer_latency_s, 1e-30)
+        s, tot, mean = state.run.sums, state.run.totals, state.run.means()
+        util = metrics.share_of(s["device_compute_s"], jnp.maximum(s["layer_latency_s"], 1e-30))
         return {
-            "latency_s": state.layer_latency_s / n,
-            "forward_s": state.forward_s / n,
-            "comm_s": state.comm_s / n,
-            "stall_s": state.stall_s / n,
-            "migration_bytes": state.migration_bytes,
-            "migration_s": state.migration_s,
-            "replans": state.replans,
-            "max_load_ratio": state.load_ratio / n,
+            "latency_s": mean["layer_latency_s"],
+            "forward_s": mean["forward_s"],
+            "comm_s": mean["comm_s"],
+            "stall_s": tot["stall_s"] / state.run.count(),
+            "migration_bytes": tot["migration_bytes"],
+            "migration_s": tot["migration_s"],
+            "replans": tot["replans"],
+            "max_load_ratio": mean["load_ratio"],
             "utilization_mean": util.mean(),
-            "tokens_per_s": (state.trace.tokens_per_iteration().sum()
-                             / jnp.maximum(state.forward_s, 1e-30)),
+            "tokens_per_s": state.tokens / jnp.maximum(s["forward_s"], 1e-30),
             "layer_latency_per_iter_s": outs["layer_latency_s"],
             "forward_per_iter_s": outs["forward_s"],
             "replan_per_iter": outs["replan"],
         }
 
     return System(name="rebalancing", init=init, step=step, finish=finish,
-                  num_steps=num_iterations)
+                  num_steps=num_iterations, inputs=metrics.inputs(num_iterations))
 
 
 # --- policy options ------------------------------------------------------------------------
@@ -271,3 +267,9 @@ def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
                           f"trace ({num_iterations} iterations); allowed: 1 .. {num_iterations}")
     cfg = make_config(platform, model, max_window=window, **opts)
     return build(cfg, num_iterations), default_params(cfg, interval, window)
+
+
+ENTRY = SystemEntry(
+    "rebalancing", "synchronous EP that re-plans its placement with EPLB every R iterations",
+    from_policy, check_options, ("gpu", "chiplet", "wafer"), study="balancing",
+    default_policy="eplb")

@@ -10,20 +10,18 @@ from moejax.trace.core import (  # noqa: F401
     stack,
     validate,
 )
+from moejax.trace.families import FAMILIES  # noqa: F401
 from moejax.trace.gen import (  # noqa: F401
-    FAMILIES,
-    WORKLOADS,
     GenSpec,
     counts_only,
     generate,
     generate_one,
     parse_spec,
     popularity,
-    request_stream,
     spec_to_str,
-    workload_ranges,
 )
 from moejax.trace.io import load, save  # noqa: F401
+from moejax.trace.requests import WORKLOADS, request_stream, workload_ranges  # noqa: F401
 from moejax.trace.summary import (  # noqa: F401
     activated_experts_expected,
     format_summary,

@@ -1,5 +1,5 @@
 """Routing statistics beyond `summary`: activated experts vs batch size, cross-layer
-affinity, temporal locality across iterations, and a plot of them.
+affinity, temporal locality across iterations (`moejax.trace.figure` plots them).
 
 Runs on host (NumPy) over recorded or generated traces; shapes as in `moejax.trace.core`.
 """
@@ -7,12 +7,11 @@ Runs on host (NumPy) over recorded or generated traces; shapes as in `moejax.tra
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 
 from moejax.trace.core import Trace
-from moejax.trace.summary import activated_experts_expected
+from moejax.trace.summary import activated_experts_expected, mean_finite
 
 DEFAULT_MS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -189,13 +188,11 @@ def analyze(trace: Trace, meta: dict | None = None, ms=DEFAULT_MS) -> dict:
 
 def format_analysis(a: dict) -> str:
     """Text lines of an `analyze` result for `moejax trace inspect`."""
-    from moejax.trace.summary import _mean_finite
-
     act = a["activated"]
-    meas = _mean_finite(np.asarray(act["measured"], np.float64), axis=0)
+    meas = mean_finite(np.asarray(act["measured"], np.float64), axis=0)
     lines = ["", "activated experts per layer vs batch size m (mean over layers):",
              f"{'m':>6} {'measured':>9} {'indep.':>8} {'uniform':>8}"]
-    indep = _mean_finite(np.asarray(act["independent"], np.float64), axis=0)
+    indep = mean_finite(np.asarray(act["independent"], np.float64), axis=0)
     skipped = [m for j, m in enumerate(act["m"]) if not np.isfinite(meas[j])]
     for j, m in enumerate(act["m"]):
         if np.isfinite(meas[j]):
@@ -204,7 +201,7 @@ def format_analysis(a: dict) -> str:
         lines.append(f"(m = {', '.join(map(str, skipped))}: the trace has fewer than m "
                      "recorded tokens per layer, so no measured batch)")
     if a["affinity"]:
-        nmi = float(_mean_finite([x["nmi"] for x in a["affinity"]]))
+        nmi = float(mean_finite([x["nmi"] for x in a["affinity"]]))
         pred = np.mean([x["predictability"] for x in a["affinity"]])
         base = np.mean([x["baseline"] for x in a["affinity"]])
         lines.append(f"cross-layer affinity (consecutive recorded layers, mean): NMI {nmi:.3f}, "
@@ -213,75 +210,7 @@ def format_analysis(a: dict) -> str:
     if t["iterations"] >= 3:
         lines.append(
             f"temporal locality over {t['iterations']} iterations: TV distance of load "
-            f"ratios {_mean_finite(t['consecutive']):.3f} between consecutive iterations vs "
-            f"{_mean_finite(t['random']):.3f} random pairs; lag-1 autocorr "
-            f"{_mean_finite(t['autocorr']):.3f}")
+            f"ratios {mean_finite(t['consecutive']):.3f} between consecutive iterations vs "
+            f"{mean_finite(t['random']):.3f} random pairs; lag-1 autocorr "
+            f"{mean_finite(t['autocorr']):.3f}")
     return "\n".join(lines)
-
-
-def plot(trace: Trace, path, meta: dict | None = None, title: str = "",
-         fitted: dict | None = None) -> Path:
-    """A 2x2 PNG: sorted expert shares per layer, skew per layer, activated experts vs m,
-    and cross-layer affinity / temporal locality. `fitted` (family -> sorted shares [E])
-    overlays fitted generator profiles on the first panel."""
-    from moejax.output import plotting
-
-    a = analyze(trace, meta)
-    e = trace.num_experts
-    fig, ax = plotting.figure(2, 2, width=5.5, height=4.0)
-    srt = sorted_load_profile(trace) * e
-    ranks = np.arange(1, e + 1)
-    for row in srt:
-        ax[0, 0].plot(ranks, row, color="tab:blue", alpha=0.25, lw=0.8)
-    ax[0, 0].plot(ranks, np.nanmean(srt, 0), color="k", lw=2, label="recorded (mean of layers)")
-    for fam, prof in (fitted or {}).items():
-        ax[0, 0].plot(ranks, np.asarray(prof) * e, "--", lw=1.5, label=f"fitted {fam}")
-    per = "" if trace.has_tokens else " (mean of iterations)"
-    plotting.log_axis(ax[0, 0], "x", base=2)
-    pos = srt[np.isfinite(srt) & (srt > 0)]
-    wide = pos.size and pos.max() / pos.min() > 64  # powers of ten over a wide span
-    if not plotting.log_if_wide(ax[0, 0], "y", srt, span=10, base=10 if wide else 2):
-        ax[0, 0].set_ylim(bottom=0)
-    ax[0, 0].set(xlabel="expert rank (1 = busiest)", ylabel="load / mean load",
-                 title="sorted expert load per layer" + per)
-    ax[0, 0].legend(fontsize=8)
-    skew = srt[:, 0]
-    ax[0, 1].bar(np.arange(len(skew)), skew, color="tab:orange")
-    ax[0, 1].axhline(1.0, color="k", lw=0.8)
-    from matplotlib.ticker import MaxNLocator
-
-    for a_ in (ax[0, 1], ax[1, 1]):  # layer indices: whole numbers only
-        a_.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax[0, 1].set(xlabel="recorded layer (index)", ylabel="max / mean load",
-                 title="per-layer skew" + per)
-    act = a["activated"]
-    meas = np.asarray(act["measured"], np.float64)
-    ax[1, 0].plot(act["m"], act["uniform"], "k--", label="uniform (1-(1-k/E)^m)E, 003 §3.2")
-    ax[1, 0].plot(act["m"], np.nanmean(np.asarray(act["independent"]), 0), "g:",
-                  label="independent tokens, recorded shares")
-    ax[1, 0].plot(act["m"], np.nanmean(meas, 0), "o-", color="tab:blue",
-                  label="recorded" + (" (consecutive tokens)" if trace.has_tokens else ""))
-    plotting.log_axis(ax[1, 0], "x", base=2)
-    ax[1, 0].set(xlabel="tokens in batch m", ylabel="activated experts",
-                 title=f"activated experts (E={e}, k={trace.top_k})")
-    ax[1, 0].legend(fontsize=8)
-    t = a["temporal"]
-    if a["affinity"]:
-        x = np.arange(len(a["affinity"]))
-        ax[1, 1].plot(x, [d["predictability"] for d in a["affinity"]], "o-",
-                      label="P(next-layer expert = most likely successor)")
-        ax[1, 1].plot(x, [d["baseline"] for d in a["affinity"]], "s--",
-                      label="same guess without the current expert")
-        ax[1, 1].plot(x, [d["nmi"] for d in a["affinity"]], "^-", label="normalized MI")
-        ax[1, 1].set(xlabel="layer pair (l, l+1)", title="cross-layer affinity")
-        ax[1, 1].legend(fontsize=8)
-    elif t["iterations"] >= 3:
-        ax[1, 1].plot(t["consecutive"], "o-", label="consecutive iterations")
-        ax[1, 1].plot(t["random"], "s--", label="random iteration pairs")
-        ax[1, 1].set(xlabel="layer", ylabel="TV distance of load ratios",
-                     title="temporal locality")
-        ax[1, 1].legend(fontsize=8)
-    else:
-        ax[1, 1].axis("off")
-    fig.suptitle(title)
-    return plotting.save(fig, Path(path), dpi=90)

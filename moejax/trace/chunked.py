@@ -1,8 +1,8 @@
 """A batch of traces made on demand, one chunk at a time, so it never exists whole.
 
 `moejax.runner.engine.simulate` asks a `ChunkedTraces` for the chunk of each compiled call and
-drops it after the call; memory then grows with the chunk, not with the batch (issue 13:
-a whole generated batch of 20 000 traces peaked at 21.5 GB).
+drops it after the call; memory then grows with the chunk, not with the batch (a whole
+generated batch of 20 000 traces peaked at 21.5 GB).
 """
 
 from __future__ import annotations

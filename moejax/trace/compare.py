@@ -14,12 +14,12 @@ other (numbers in docs/traces.md).
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import jax
 import numpy as np
 
 from moejax.errors import ConfigError
 from moejax.trace import fit
+from moejax.trace import io as trace_io
 from moejax.trace.analysis import activated_from_shares
 from moejax.trace.core import Trace
 
@@ -48,7 +48,7 @@ def compare_recordings(a: Trace, b: Trace) -> dict:
         raise ConfigError(f"A has {a.num_layers} layers but B has {b.num_layers}; compare "
                           "recordings of the same layers")
     sa, sb = fit.stats(a), fit.stats(b)
-    k, ms = b.top_k, list(fit._ACT_MS)
+    k, ms = b.top_k, list(fit.ACT_MS)
     ind_a = activated_from_shares(sa["profile"], ms, k).mean(0)
     ind_b = activated_from_shares(sb["profile"], ms, k).mean(0)
     if a.has_tokens and b.has_tokens:
@@ -71,22 +71,9 @@ def compare_recordings(a: Trace, b: Trace) -> dict:
         }
 
 
-def grid_edge_layers(doc: dict) -> list[int]:
-    """Layers of a saved fit whose moments were not matched: the fit ended on the edge of
-    its search grid (the recording's skew lies outside what the family reaches)."""
-    matched = doc.get("moments_matched")
-    if not isinstance(matched, list):
-        return []
-    return [j for j, ok in enumerate(matched) if not ok]
-
-
 def compare(a_path, b_path, *, seed: int = 12345) -> dict:
     """Compare A (trace .npz or fit .json) with recording B; the result holds the per-layer
     numbers, `verdict` (fit.verdict at SKEW_TOL / CURVE_TOL) and `warnings`."""
-    import jax
-
-    from moejax.trace import io as trace_io
-
     b, _ = trace_io.load(b_path)
     b = _single(b, b_path)
     warnings = []
@@ -101,10 +88,10 @@ def compare(a_path, b_path, *, seed: int = 12345) -> dict:
             warnings.append(f"the fit has {len(doc['layers'])} layers and {b_path} has "
                             f"{b.num_layers}: layer l uses fitted layer l mod "
                             f"{len(doc['layers'])}")
-        edge = grid_edge_layers(doc)
+        edge = fit.grid_edge_layers(doc)
         if edge:
-            warnings.append(grid_edge_warning(doc.get("family", "?"), edge,
-                                              len(doc["layers"])))
+            warnings.append(fit.grid_edge_warning(doc.get("family", "?"), edge,
+                                                  len(doc["layers"])))
         ev = fit.evaluate(specs, b, key=jax.random.key(seed))
         kind = f"fit ({doc.get('family')}, from {doc.get('source') or 'unknown'})"
     else:
@@ -114,17 +101,6 @@ def compare(a_path, b_path, *, seed: int = 12345) -> dict:
     v = fit.verdict(ev, SKEW_TOL, CURVE_TOL)
     return {"a": str(a_path), "b": str(b_path), "a_kind": kind, "skew_tol": SKEW_TOL,
             "curve_tol": CURVE_TOL, **ev, "verdict": v, "warnings": warnings}
-
-
-def grid_edge_warning(family: str, layers: list[int], total: int) -> str:
-    shown = ", ".join(map(str, layers[:8])) + (", ..." if len(layers) > 8 else "")
-    if family == "drift":
-        return (f"drift: {len(layers)} of {total} layers (layers {shown}) matched no point of "
-                "the search grid within its tolerance: the fit is the nearest grid point, "
-                "not the recording")
-    return (f"{family}: {len(layers)} of {total} layers ended on the edge of the search grid "
-            f"(layers {shown}): the recorded skew is outside what the family reaches, so "
-            "those layers are fitted to the grid end, not to the recording")
 
 
 def format_compare(r: dict) -> str:
@@ -150,30 +126,3 @@ def format_compare(r: dict) -> str:
               f"{v['curve_indep_max_abs_err']:.1%}), threshold {r['curve_tol']:.0%}"]
     lines += [f"warning: {w}" for w in r["warnings"]]
     return "\n".join(lines)
-
-
-def add_compare_parser(tsub) -> None:
-    """`moejax trace compare A B [--json OUT]`."""
-    p = tsub.add_parser(
-        "compare", help="compare a recording or a fit (A) with a recording (B)",
-        description="Per-layer skew and activated-expert curve of A (a trace .npz or a fit "
-        ".json) against recording B, PASS when every layer's skew is within 10% and the "
-        "curve within 5% (docs/traces.md). A fit describes a workload, not a model.")
-    p.add_argument("a", help="trace file (.npz) or fit (.json from `moejax trace fit --out`)")
-    p.add_argument("b", help="reference recording (.npz)")
-    p.add_argument("--json", help="write the comparison as JSON")
-    p.add_argument("--seed", type=int, default=12345, help="generation seed (fits)")
-    p.set_defaults(trace_fn=run_compare)
-
-
-def run_compare(args) -> int:
-    from moejax.output.results import atomic_write_json
-
-    if args.json and Path(args.json).is_dir():
-        raise ConfigError(f"--json: {args.json} is a folder; give a file name")
-    r = compare(args.a, args.b, seed=args.seed)
-    print(format_compare(r))
-    if args.json:
-        atomic_write_json(Path(args.json), r)
-        print(f"wrote {args.json}")
-    return 0

@@ -15,14 +15,21 @@ import jax.numpy as jnp
 
 from moejax.errors import ConfigError
 from moejax.trace import gen
+from moejax.trace.checks import (
+    check_int,
+    check_key,
+    check_shape_args,
+    check_tokens_per_iteration,
+)
 from moejax.trace.core import Trace, counts_from_ids
+from moejax.trace.families import draw, log_popularity
 
 
 def _sample_one(static, floats, key, tpi, iterations, layers, tokens, num_experts, top_k,
                 num_devices, max_devices):
     k_pop, k_tok = jax.random.split(key)
-    log_p = gen._log_p(static, floats, k_pop, iterations, layers, num_experts)
-    gumbel = gen._draw(jax.random.gumbel, k_tok, (iterations, layers, tokens, num_experts))
+    log_p = log_popularity(static, floats, k_pop, iterations, layers, num_experts)
+    gumbel = draw(jax.random.gumbel, k_tok, (iterations, layers, tokens, num_experts))
     scores = log_p[:, :, None, :] + gumbel  # [I, L, N, E]
     per_dev = scores.reshape(*scores.shape[:-1], num_devices, num_experts // num_devices)
     _, top_dev = jax.lax.top_k(per_dev.max(-1), max_devices)  # [I, L, N, M]
@@ -51,9 +58,9 @@ def generate(spec, key, *, num_traces: int, iterations: int, layers: int, tokens
     """A batch of device-limited traces (see module doc); arguments as `gen.generate` plus
     `num_devices` (divides num_experts) and `max_devices` M (1 <= M, M * E / D >= top_k)."""
     spec = gen.parse_spec(spec)
-    key = gen._check_key(key)
-    num_traces = gen._check_int("num_traces", num_traces)
-    shape = gen._check_shape_args(iterations, layers, tokens, num_experts, top_k)
+    key = check_key(key)
+    num_traces = check_int("num_traces", num_traces)
+    shape = check_shape_args(iterations, layers, tokens, num_experts, top_k)
     if num_devices < 1 or num_experts % num_devices:
         raise ConfigError(f"num_devices = {num_devices}; allowed: a divisor of the "
                           f"{num_experts} experts")
@@ -62,9 +69,8 @@ def generate(spec, key, *, num_traces: int, iterations: int, layers: int, tokens
         raise ConfigError(f"max_devices = {max_devices}; allowed: {-(-top_k // per_dev)} .. "
                           f"{num_devices} (top-{top_k} must fit on M devices of {per_dev} "
                           "experts)")
-    tpi = gen._check_tokens_per_iteration(tokens_per_iteration, (num_traces,), shape[0],
-                                          shape[2])
+    tpi = check_tokens_per_iteration(tokens_per_iteration, (num_traces,), shape[0], shape[2])
     keys = jax.random.split(key, num_traces)
-    leaves = _sample_batch(*gen._split(spec), keys, jnp.asarray(tpi), *shape, num_devices,
+    leaves = _sample_batch(*gen.split_spec(spec), keys, jnp.asarray(tpi), *shape, num_devices,
                            max_devices)
     return Trace(*leaves, num_experts=shape[3], top_k=shape[4])

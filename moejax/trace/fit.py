@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from moejax.errors import ConfigError, TraceError
+from moejax.output.results import atomic_write_json
 from moejax.trace import gen
 from moejax.trace.analysis import (
     activated_curve,
@@ -41,7 +42,7 @@ from moejax.trace.core import Trace
 
 FIT_FAMILIES = ("powerlaw", "exponential", "normal", "lognormal", "drift")
 FIT_FORMAT = 1
-_ACT_MS = (2, 4, 8, 16, 32, 64)
+ACT_MS = (2, 4, 8, 16, 32, 64)  # batch sizes m of the activated-expert curve
 _REPLICAS = 12  # generated layers averaged per grid point (normal and drift draw
 # a random popularity per layer, so their moments need several draws)
 _DRIFT_MS = (8, 16, 32)  # batch sizes of the activated-expert moments of a drift fit
@@ -115,7 +116,7 @@ def _pooled_layout(layout: Layout, token_level: bool = True) -> Layout:
     return Layout((min(sum(tpi) if token_level else max(tpi), _MAX_FIT_TOKENS),))
 
 
-def stats(trace: Trace, ms=_ACT_MS) -> dict:
+def stats(trace: Trace, ms=ACT_MS) -> dict:
     """Per-layer statistics the fit matches: sorted load shares [L, E], skew [L] (max/mean),
     and activated experts of m consecutive tokens [L, M] (independent-token expectation for
     counts-only traces)."""
@@ -265,7 +266,7 @@ def evaluate(specs, recorded: Trace, *, key=None, repeats: int = 3) -> dict:
     skew_rel_err [L]: generated / recorded max-over-mean load minus 1 (mean of `repeats`
     generated traces). curve_rel_err [M]: the layer-averaged activated-expert curve of m
     consecutive tokens (a prefill batch of one sequence), generated / recorded minus 1, at
-    each m in `_ACT_MS`; curve_indep_rel_err [M]: the same for m independent tokens (a
+    each m in `ACT_MS`; curve_indep_rel_err [M]: the same for m independent tokens (a
     decode batch of m requests), from the load shares. Counts-only recordings have only the
     latter (both fields hold it). profile_tv [L]: TV distance of the sorted load profiles.
     """
@@ -287,17 +288,17 @@ def evaluate(specs, recorded: Trace, *, key=None, repeats: int = 3) -> dict:
     prof = np.mean([s["profile"] for s in sims], 0)
     act = np.mean([np.nanmean(s["activated"], 0) for s in sims], 0)
     if not recorded.has_tokens:  # counts-only: compare shares-implied independent curves
-        act = np.mean([activated_from_shares(s["profile"], _ACT_MS, recorded.top_k).mean(0)
+        act = np.mean([activated_from_shares(s["profile"], ACT_MS, recorded.top_k).mean(0)
                        for s in sims], 0)
     rec_act = np.nanmean(rec["activated"], 0)
     k = recorded.top_k
-    rec_ind = activated_from_shares(rec["profile"], _ACT_MS, k).mean(0)
-    gen_ind = np.mean([activated_from_shares(s["profile"], _ACT_MS, k).mean(0) for s in sims], 0)
+    rec_ind = activated_from_shares(rec["profile"], ACT_MS, k).mean(0)
+    gen_ind = np.mean([activated_from_shares(s["profile"], ACT_MS, k).mean(0) for s in sims], 0)
     return {
         "skew_recorded": rec["skew"].tolist(),
         "skew_generated": skew.tolist(),
         "skew_rel_err": (skew / rec["skew"] - 1).tolist(),
-        "curve_m": list(_ACT_MS),
+        "curve_m": list(ACT_MS),
         "curve_recorded": rec_act.tolist(),
         "curve_generated": act.tolist(),
         "curve_rel_err": (act / rec_act - 1).tolist(),
@@ -379,8 +380,6 @@ def fit(trace: Trace, families=FIT_FAMILIES, *, holdout: bool = True, key=None,
 
 def save_fit(path, result: dict, family: str, source: str = "") -> Path:
     """Write the fitted specs of `family` from a `fit` result as JSON (atomically)."""
-    from moejax.output.results import atomic_write_json
-
     res = result["families"].get(family)
     if res is None or "error" in res:
         why = res["error"] if res else "not fitted"
@@ -459,6 +458,27 @@ def generate_fitted(path, key, *, num_traces: int, iterations: int, layers: int 
     return batch if chunked else batch.materialize()
 
 
+def grid_edge_layers(doc: dict) -> list[int]:
+    """Layers of a saved fit whose moments were not matched: the fit ended on the edge of
+    its search grid (the recording's skew lies outside what the family reaches)."""
+    matched = doc.get("moments_matched")
+    if not isinstance(matched, list):
+        return []
+    return [j for j, ok in enumerate(matched) if not ok]
+
+
+def grid_edge_warning(family: str, layers: list[int], total: int) -> str:
+    """The warning line for the `grid_edge_layers` of a fit of `family` with `total` layers."""
+    shown = ", ".join(map(str, layers[:8])) + (", ..." if len(layers) > 8 else "")
+    if family == "drift":
+        return (f"drift: {len(layers)} of {total} layers (layers {shown}) matched no point of "
+                "the search grid within its tolerance: the fit is the nearest grid point, "
+                "not the recording")
+    return (f"{family}: {len(layers)} of {total} layers ended on the edge of the search grid "
+            f"(layers {shown}): the recorded skew is outside what the family reaches, so "
+            "those layers are fitted to the grid end, not to the recording")
+
+
 def format_fit(result: dict) -> str:
     """A readable table of a `fit` result."""
     lines = [f"method: {result['method']}", f"held out: {result['holdout']}",
@@ -481,8 +501,6 @@ def format_fit(result: dict) -> str:
             f"{'yes' if v['holds'] else ('indep.' if v['holds_independent'] else 'no'):>6}")
     if "best" in result:
         lines.append(f"best (held-out profile TV): {result['best']}")
-    from moejax.trace.compare import grid_edge_layers, grid_edge_warning
-
     for fam, r in result["families"].items():
         edge = grid_edge_layers(r)
         if edge:

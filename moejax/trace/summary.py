@@ -53,7 +53,7 @@ def _floats(x) -> list | float:
     return np.asarray(x, np.float64).tolist()
 
 
-def _mean_finite(x: np.ndarray, axis=0) -> np.ndarray:
+def mean_finite(x: np.ndarray, axis=0) -> np.ndarray:
     """Mean over `axis` of the finite values; NaN where there are none (no RuntimeWarning)."""
     x = np.asarray(x, np.float64)
     ok = np.isfinite(x)
@@ -83,7 +83,7 @@ def summarize(trace: Trace) -> dict:
     active = (flat > 0).sum(-1)  # [T, I, L]
     with np.errstate(invalid="ignore"):
         skew_iter = _skew(_fractions(flat))
-    skew_iter_mean = float(_mean_finite(skew_iter.ravel()))
+    skew_iter_mean = float(mean_finite(skew_iter.ravel()))
     # Each trace's own statistics (pooled over its iterations), averaged over traces: the
     # traces of a batch are independent samples whose hot experts differ, so pooling them
     # averages skew away (a batch of 4 powerlaw traces: 1.6 pooled, 2.5 per trace).
@@ -91,13 +91,13 @@ def summarize(trace: Trace) -> dict:
     tr_all = _fractions(flat.sum((1, 2)))  # [T, E]
     with np.errstate(invalid="ignore"):
         per_trace = {
-            "skew_per_trace": _floats(_mean_finite(_skew(tr_all))),
-            "skew_per_trace_per_layer": _floats(_mean_finite(_skew(tr_layer))),
-            "gini_per_trace": _floats(_mean_finite(_gini(tr_all))),
-            "gini_per_trace_per_layer": _floats(_mean_finite(_gini(tr_layer))),
-            "entropy_per_trace": _floats(_mean_finite(_entropy_normalized(tr_all))),
-            "entropy_per_trace_per_layer": _floats(_mean_finite(_entropy_normalized(tr_layer))),
-            "top_load_per_trace_per_layer": _floats(_mean_finite(np.max(tr_layer, -1))),
+            "skew_per_trace": _floats(mean_finite(_skew(tr_all))),
+            "skew_per_trace_per_layer": _floats(mean_finite(_skew(tr_layer))),
+            "gini_per_trace": _floats(mean_finite(_gini(tr_all))),
+            "gini_per_trace_per_layer": _floats(mean_finite(_gini(tr_layer))),
+            "entropy_per_trace": _floats(mean_finite(_entropy_normalized(tr_all))),
+            "entropy_per_trace_per_layer": _floats(mean_finite(_entropy_normalized(tr_layer))),
+            "top_load_per_trace_per_layer": _floats(mean_finite(np.max(tr_layer, -1))),
         }
     return {
         "num_traces": t,

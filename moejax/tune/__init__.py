@@ -1,11 +1,15 @@
 """Layer 5: tune a system's discrete decisions by gradient descent through its relaxation.
 
-`params` (parameter families and their relaxations, baseline heuristics), `traces` (train
-and held-out traces sharing one popularity), `targets` (what each system exposes),
-`loop` (`tune`: optax + orbax checkpoints + hard-mode evaluation), `checkpoint`, `export`
-(tuned values -> policy TOML). See docs/tuning.md.
+`targets` (what each registered system exposes, `moejax.system.Tuning`), `loop` (the
+problem, the relaxed objective, optax updates, orbax checkpoints, hard-mode evaluation),
+`parallel` (the loop over processes), `smoothed` (Gaussian smoothing for discrete-event
+systems; `rebalancing` smooths EPLB's re-plan interval and window the same way), `run`
+(`tune` / `restore`, which pick among them), `zeroth` (hard-mode grids), `checkpoint`,
+`export` (tuned values -> policy TOML). The families themselves are in `moejax.tunable`.
+See docs/tuning.md.
 """
 
-from moejax.tune.loop import TuneConfig, TuneResult, evaluate, restore, tune
+from moejax.tune.loop import TuneConfig, TuneResult, evaluate
+from moejax.tune.run import restore, tune
 
 __all__ = ["TuneConfig", "TuneResult", "evaluate", "restore", "tune"]

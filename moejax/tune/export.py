@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 
+from moejax.catalog.schema import read_toml
 from moejax.errors import ConfigError
 from moejax.output.results import atomic_write_text
 
@@ -74,17 +75,20 @@ def write_policy(path: str | Path, prob, hard: dict, step: int, description: str
     """Export hard values of a tuning `Problem` to `path` (atomic); returns the path.
 
     Tuned values that a policy has no key for (the fsedp DDR / D2D bandwidths) go to a
-    platform TOML at `hardware_path` (`Setup.platform_text`), required then."""
+    platform TOML at `hardware_path` (`TuneSetup.platform_values`), required then."""
     path = check_toml_path(path)
     if hardware_path is not None:
         check_toml_path(hardware_path)
     hw_text = None
-    if prob.setup.platform_text is not None:
+    values = (None if prob.setup.platform_values is None
+              else prob.setup.platform_values(hard))
+    if values is not None:
         run = prob.cfg.spec()
-        hw_text = prob.setup.platform_text(
-            hard, f"Tuned by `moejax tune` ({', '.join(run['params'])}) for {run['model']} "
+        header = (f"Tuned by `moejax tune` ({', '.join(run['params'])}) for {run['model']} "
                   f"on {run['hardware']}, checkpoint step {step};\nuse with the policy "
                   f"{path.name} (moejax simulate --hardware THIS --policy {path.name}).")
+        hw_text = platform_toml(prob.platform, values.get("ddr_Bps"), values.get("link_Bps"),
+                                header)
     if hw_text is not None and hardware_path is None:
         raise ConfigError("export: ddr_Bps / link_Bps are platform values that a policy has no "
                           "key for; give a hardware path too (--export-hardware NAME.toml)")
@@ -94,3 +98,25 @@ def write_policy(path: str | Path, prob, hard: dict, step: int, description: str
         atomic_write_text(Path(hardware_path), hw_text)
     atomic_write_text(path, text)
     return path
+
+
+def platform_toml(platform, ddr_Bps: float | None, link_Bps: float | None, header: str) -> str:
+    """TOML text of `platform` (its catalog file) with the die's DDR bandwidth and the D2D
+    link bandwidth replaced (None: kept): the tuned hardware, for `moejax simulate
+    --hardware`. The text is a function of its arguments only."""
+    data = read_toml(Path(platform.path))
+    if ddr_Bps is not None:
+        data["device"]["memory_Bps"] = float(ddr_Bps)
+    if link_Bps is not None:
+        data["topology"]["link_Bps"] = float(link_Bps)
+    data["source"] = f"moejax tune (000 §VI-D Eq. (1)-(2)); base: {data.get('source', '')}"
+
+    def table(d, prefix):
+        lines = [f"{k} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict)]
+        for k, v in d.items():
+            if isinstance(v, dict):
+                name = f"{prefix}.{k}" if prefix else k
+                lines += ["", f"[{name}]"] + table(v, name)
+        return lines
+
+    return "\n".join([f"# {line}" for line in header.splitlines()] + table(data, "")) + "\n"

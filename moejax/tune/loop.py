@@ -11,6 +11,10 @@ from the latest one and reaches the same result as an uninterrupted run (batches
 temperatures are functions of the step index). The end result is rounded to hard values and
 evaluated in hard mode (`tau = 0`) on held-out traces that share the training popularity,
 beside the policy's default and the baseline heuristics.
+
+`moejax.tune.run.tune` chooses between this loop (`tune_gradient`), its multi-process form
+(`moejax.tune.parallel`) and Gaussian smoothing (`moejax.tune.smoothed`), which build on the
+pieces here.
 """
 
 from __future__ import annotations
@@ -25,12 +29,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from moejax import systems
 from moejax.errors import CheckpointError, ConfigError, UnknownNameError
+from moejax.output.results import atomic_write_json
 from moejax.runner import engine
+from moejax.system import TuneSetup
+from moejax.systems.fsedp.budget import ChipletBudget
+from moejax.trace import io as trace_io
+from moejax.trace.popularity import fixed_popularity, sample_from_popularity
+from moejax.tunable import IntegerKnob, Placement
 from moejax.tune import checkpoint as ck
 from moejax.tune import targets
-from moejax.tune.params import IntegerKnob, Placement
-from moejax.tune.traces import fixed_popularity, sample_from_popularity
 
 LOSSES = ("mean", "p99", "throughput", "forward")
 RELAXATIONS = ("expected", "system", "lattice", "smoothed")
@@ -72,7 +81,7 @@ class TuneConfig:
     relaxation: str = "expected"
     capacity: int = 0  # experts per device (0: ceil(E / D))
     # fsedp hardware params: overrides of the 000 Eq. (1)-(2) coefficients, "name=value,..."
-    # (moejax.tune.hardware.ChipletBudget; "" = its defaults)
+    # (moejax.systems.fsedp.budget.ChipletBudget; "" = its defaults)
     budget: str = ""
     # aep (relaxation 'smoothed', moejax.tune.smoothed): request streams of `requests`
     # Poisson arrivals at `rate_per_s` of a 002 §5 `workload` (traces / eval_traces: number
@@ -108,17 +117,17 @@ class TuneConfig:
             raise ConfigError("lr, clip > 0 and 0 < tau_end <= tau_start required; got "
                               f"lr={self.lr}, clip={self.clip}, tau_start={self.tau_start}, "
                               f"tau_end={self.tau_end}")
-        if self.relaxation == "smoothed" and self.system != "aep":
+        smoothed = [k for k, e in systems.SYSTEMS.items() if e.tuning and e.tuning.smoothed]
+        if self.relaxation == "smoothed" and self.system not in smoothed:
             raise ConfigError(f"relaxation = 'smoothed' with system = {self.system!r}: only "
-                              "aep (a discrete-event simulation) is tuned by smoothing")
+                              f"{', '.join(smoothed)} (a discrete-event simulation) is tuned "
+                              "by smoothing")
         if not self.rate_per_s > 0:
             raise ConfigError(f"rate_per_s = {self.rate_per_s!r}; allowed: > 0")
         if not 0 < self.train_fraction < 1:
             raise ConfigError(f"train_fraction = {self.train_fraction!r}; allowed: in (0, 1)")
         object.__setattr__(self, "params", tuple(self.params))
         if self.budget:
-            from moejax.tune.hardware import ChipletBudget
-
             ChipletBudget.parse(self.budget)  # errors name the field now, not mid-run
 
     def spec(self) -> dict:
@@ -141,13 +150,14 @@ class Problem:
     """A built run: the system setup, its train / held-out traces, the optimizer."""
 
     cfg: TuneConfig
-    setup: targets.Setup
+    setup: TuneSetup
     train: object
     heldout: object
     load_e: np.ndarray
     optimizer: optax.GradientTransformation
     policy: object
     load_le: np.ndarray | None = None  # [L, E] mean training load per layer
+    platform: object = None  # the resolved Platform (an exported tuned platform starts from it)
 
     def baseline_load(self) -> np.ndarray:
         """What the setup's baselines plan from: per-layer loads [L, E] or loads [E]."""
@@ -166,19 +176,15 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
 
     Cached per config (a frozen dataclass), so runs of one config (a resume, an export)
     share the traces and the compiled update and simulation."""
-    from moejax import api
-
-    if cfg.system not in targets.TARGETS:
-        raise UnknownNameError("tunable system", cfg.system, targets.TARGETS)
-    s = api.resolve(cfg.hardware, cfg.model,
-                    cfg.policy or targets.DEFAULT_POLICY[cfg.system])
+    tunable = targets.tunable()
+    if cfg.system not in tunable:
+        raise UnknownNameError("tunable system", cfg.system, tunable)
+    s = systems.resolve(cfg.hardware, cfg.model, cfg.policy or targets.default_policy(cfg.system))
     if s.policy.system != cfg.system:
         raise ConfigError(f"policy {s.policy.name!r} is for system {s.policy.system!r}, "
                           f"not --system {cfg.system!r}")
     budget = None
     if cfg.budget:
-        from moejax.tune.hardware import ChipletBudget
-
         budget = ChipletBudget.parse(cfg.budget)
     recording = recording_split(cfg, s.model) if cfg.trace else None
     layers = cfg.layers if recording is None else recording[0].num_layers
@@ -202,19 +208,17 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
         heldout = sample_from_popularity(pop, k_eval, num_traces=cfg.eval_traces, **kw)
         load_e = np.asarray(train.counts.mean(axis=(0, 1, 2)))
         load_le = np.asarray(train.counts.mean(axis=(0, 1)))
-    return Problem(cfg, setup, train, heldout, load_e, make_optimizer(cfg), s.policy, load_le)
+    return Problem(cfg, setup, train, heldout, load_e, make_optimizer(cfg), s.policy, load_le,
+                   s.platform)
 
 
 def recording_split(cfg: TuneConfig, model):
     """(train, held-out) traces of the recording `cfg.trace`: one trace per iteration, the
     first `train_fraction` of the iterations train, the rest are held out (never mixed)."""
-    from moejax.api import check_trace_fits
-    from moejax.trace import io as trace_io
-
     rec, _ = trace_io.load(cfg.trace)
     if rec.batch_shape:  # traces of a batch in turn: one iteration axis
         rec = jax.tree_util.tree_map(lambda x: x.reshape(-1, *x.shape[2:]), rec)
-    check_trace_fits(rec, model, False, cfg.system)
+    systems.check_trace_fits(rec, model, False, cfg.system)
     n = rec.num_iterations
     cut = int(round(n * cfg.train_fraction))
     if not 1 <= cut < n:
@@ -256,7 +260,7 @@ def initial_raw(prob: Problem) -> dict:
     return raw
 
 
-def relaxed_values(setup: targets.Setup, raw: dict, tau) -> dict:
+def relaxed_values(setup: TuneSetup, raw: dict, tau) -> dict:
     return {k: f.relaxed(raw[k], tau) for k, f in setup.families.items()}
 
 
@@ -323,7 +327,7 @@ def make_objective(prob: Problem):
     return objective
 
 
-def lattice_metrics(setup: targets.Setup, values: dict, traces) -> dict:
+def lattice_metrics(setup: TuneSetup, values: dict, traces) -> dict:
     """Per-trace latency_s / tokens_per_s [T] of the integer knobs `values` (fractional) as
     the multilinear interpolation of hard-mode runs (tau = 0, the exact system) at the 2^k
     integer corners around them: `params.interpolate` in k dimensions. The runs are
@@ -357,7 +361,7 @@ def lattice_metrics(setup: targets.Setup, values: dict, traces) -> dict:
             for m in ("latency_s", "tokens_per_s")}
 
 
-def _structural_lattice(setup: targets.Setup, values: dict, traces) -> dict:
+def _structural_lattice(setup: TuneSetup, values: dict, traces) -> dict:
     """`lattice_metrics` of a structural integer knob (one System per value,
     `Setup.variants`): every variant runs in hard mode, and the value is the linear
     interpolation between its floor and ceiling variants (constants of the gradient)."""
@@ -429,35 +433,17 @@ def open_run(cfg: TuneConfig, out: str | Path, resume: bool, raw, opt_state,
     return mgr, step, history, raw, opt_state
 
 
-def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bool = True,
-         callback=None, evaluate_heldout: bool = True) -> TuneResult:
-    """Run (or resume) a tuning run into checkpoint folder `out`; see the module docstring.
-
-    callback(step, loss) is called after each update (a test may raise from it to
-    interrupt the run). Without `resume`, a folder that already holds checkpoints is an
-    error (nothing is overwritten). relaxation = 'smoothed' (aep) runs
-    `moejax.tune.smoothed.tune_smoothed` (same checkpoints, schedule and optimizer).
-    """
-    if cfg.system == "aep" and cfg.relaxation != "smoothed":
-        raise ConfigError(f"relaxation = {cfg.relaxation!r} with system = 'aep': aep (a "
-                          "discrete-event simulation, decay acts through an argmax) is tuned "
-                          "with relaxation = 'smoothed' (Gaussian smoothing)")
-    if jax.process_count() > 1:  # data-parallel over processes (moejax.runner.distributed)
-        from moejax.tune import parallel
-
-        return parallel.tune(cfg, out, resume=resume, progress=progress, callback=callback,
-                             evaluate_heldout=evaluate_heldout)
-    if cfg.relaxation == "smoothed":
-        from moejax.tune.smoothed import tune_smoothed
-
-        return tune_smoothed(cfg, out, resume=resume, progress=progress, callback=callback,
-                             evaluate_heldout=evaluate_heldout)
+def tune_gradient(cfg: TuneConfig, out: str | Path, *, resume: bool = False,
+                  progress: bool = True, callback=None,
+                  evaluate_heldout: bool = True) -> TuneResult:
+    """The single-process gradient loop of `moejax.tune.tune` (see the module docstring):
+    optax updates of the relaxed objective, orbax checkpoints, hard held-out evaluation."""
     prob = build_problem(cfg)
     raw = initial_raw(prob)
     mgr, step, history, raw, opt_state = open_run(cfg, out, resume, raw,
                                                   prob.optimizer.init(raw))
     update = make_update(prob)
-    with _bar(progress, cfg.steps, step) as advance:
+    with progress_bar(progress, cfg.steps, step) as advance:
         while step < cfg.steps:
             raw, opt_state, loss, gnorm = update(raw, opt_state, jnp.int32(step))
             step += 1
@@ -472,35 +458,10 @@ def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bo
     hard = hard_values(prob, raw)
     evaluation = evaluate(prob, hard) if evaluate_heldout else {}
     if evaluate_heldout:
-        from moejax.output.results import atomic_write_json
-
         atomic_write_json(Path(out) / "summary.json",
                           {"run": cfg.spec(), "step": step, "final_loss": history[-1],
                            "evaluation": evaluation})
     return TuneResult(raw, hard, history, evaluation, step)
-
-
-def restore(out: str | Path, step: int | None = None) -> tuple[Problem, TuneResult]:
-    """(problem, result without evaluation) from a checkpoint folder, e.g. to export."""
-    mgr = ck.Checkpoints(out, read_only=True)
-    latest = mgr.latest_step() if step is None else step
-    if latest is None:
-        raise CheckpointError(f"{out}: holds no checkpoint")
-    cfg = TuneConfig.from_spec(mgr.read_meta(latest)["run"])
-    if cfg.relaxation == "smoothed":  # aep: an AEPProblem (moejax.tune.smoothed)
-        from moejax.tune.smoothed import aep_problem
-
-        prob = aep_problem(cfg)
-        raw0 = {"decay": prob.family.init(None)}
-    else:
-        prob = build_problem(cfg, traces=False)
-        raw0 = initial_raw(prob)
-    saved, meta, got = mgr.restore(ck.flatten_state(raw0, prob.optimizer.init(raw0)), latest)
-    raw, _ = ck.unflatten_state(saved, prob.optimizer.init(raw0))
-    mgr.close()
-    hard = ({"decay": prob.family.hard(raw["decay"])} if cfg.relaxation == "smoothed"
-            else hard_values(prob, raw))
-    return prob, TuneResult(raw, hard, list(meta.get("history", [])), {}, got)
 
 
 # --- hard-mode evaluation ------------------------------------------------------------------
@@ -555,7 +516,7 @@ def evaluate(prob: Problem, hard: dict) -> dict:
     return out
 
 
-class _bar:
+class progress_bar:
     """A rich progress bar showing loss, temperature and gradient norm (or nothing)."""
 
     def __init__(self, show: bool, total: int, done: int):

@@ -1,4 +1,4 @@
-"""`moejax tune` data-parallel over processes (issue 18, `moejax.runner.distributed`).
+"""`moejax tune` data-parallel over processes (`moejax.runner.distributed`).
 
 Each process runs the same update loop on the same parameters. A step's batch (the same
 `cfg.batch` training-trace indices as a single-process run: a permutation keyed by the step)
@@ -26,8 +26,10 @@ import numpy as np
 import optax
 
 from moejax.errors import ConfigError, MoejaxError
+from moejax.output.results import atomic_write_json
 from moejax.runner import distributed, engine
 from moejax.tune import checkpoint as ck
+from moejax.tune import loop
 
 # Losses that are means over the traces of a batch (split evenly, the mean of the blocks'
 # means is the batch's mean).
@@ -51,9 +53,7 @@ def check(cfg) -> None:
 def make_update(prob):
     """update(raw, opt_state, step) -> (raw, opt_state, loss, |grad|), the gradient averaged
     over processes; same batches and noise as `loop.make_update`."""
-    from moejax.tune.loop import make_objective, tau_at
-
-    objective = make_objective(prob)
+    objective = loop.make_objective(prob)
     opt, cfg, train = prob.optimizer, prob.cfg, prob.train
     k_batch = jax.random.fold_in(jax.random.key(cfg.seed), 2)
     k_noise = jax.random.fold_in(jax.random.key(cfg.seed), 3)
@@ -66,7 +66,7 @@ def make_update(prob):
         idx = jax.random.permutation(jax.random.fold_in(k_batch, step), pool)[:cfg.batch]
         idx = idx[rank * per:(rank + 1) * per]  # this process's block of the batch
         batch = jax.tree_util.tree_map(lambda x: x[idx], train)
-        return jax.value_and_grad(objective)(raw, batch, tau_at(cfg, step),
+        return jax.value_and_grad(objective)(raw, batch, loop.tau_at(cfg, step),
                                              jax.random.fold_in(k_noise, step))
 
     @jax.jit
@@ -93,13 +93,11 @@ def open_run(cfg, out, resume: bool, raw, opt_state):
     """`loop.open_run` on process 0 (the only one that touches the checkpoint folder); the
     others receive the step, history and state. A failure on process 0 reaches every
     process (a status broadcast first, so none waits on a collective that never comes)."""
-    from moejax.tune.loop import open_run as open_run_local
-
     mgr, err, step, history = None, None, 0, []
     if distributed.is_writer():
         try:
-            mgr, step, history, raw, opt_state = open_run_local(cfg, out, resume, raw,
-                                                                opt_state, primary_only=True)
+            mgr, step, history, raw, opt_state = loop.open_run(cfg, out, resume, raw,
+                                                               opt_state, primary_only=True)
         except MoejaxError as e:
             err = e
     failed = int(_broadcast(np.int32(err is not None)))
@@ -117,9 +115,7 @@ def open_run(cfg, out, resume: bool, raw, opt_state):
 
 def tune(cfg, out: str | Path, *, resume: bool, progress: bool, callback,
          evaluate_heldout: bool):
-    """`loop.tune` over `jax.process_count()` processes (see the module doc)."""
-    from moejax.tune import loop
-
+    """`loop.tune_gradient` over `jax.process_count()` processes (see the module doc)."""
     check(cfg)
     prob = loop.build_problem(cfg)
     raw = loop.initial_raw(prob)
@@ -127,7 +123,7 @@ def tune(cfg, out: str | Path, *, resume: bool, progress: bool, callback,
                                                   prob.optimizer.init(raw))
     update = make_update(prob)
     writer = distributed.is_writer()
-    with loop._bar(progress and writer, cfg.steps, step) as advance:
+    with loop.progress_bar(progress and writer, cfg.steps, step) as advance:
         while step < cfg.steps:
             raw, opt_state, loss, gnorm = update(raw, opt_state, jnp.int32(step))
             step += 1
@@ -144,8 +140,6 @@ def tune(cfg, out: str | Path, *, resume: bool, progress: bool, callback,
     hard = loop.hard_values(prob, raw)
     evaluation = loop.evaluate(prob, hard) if evaluate_heldout else {}
     if evaluate_heldout and writer:
-        from moejax.output.results import atomic_write_json
-
         atomic_write_json(Path(out) / "summary.json",
                           {"run": cfg.spec(), "step": step, "final_loss": history[-1],
                            "processes": distributed.process_count(),

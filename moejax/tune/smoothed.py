@@ -3,7 +3,7 @@
 AEP's defragging decay delta (002 §3.4 Algorithm 1, `AEPParams.decay`) enters the AMoE
 discrete-event simulation only through the argmax that picks a mu-queue
 (`schedulers.select`), and the run is driven to completion by a host loop
-(`runner.run_streams`): every metric f(delta) is piecewise constant (zero gradient almost
+(`engine.simulate`): every metric f(delta) is piecewise constant (zero gradient almost
 everywhere) and has no autodiff path. Its relaxation here is the Gaussian-smoothed
 objective
 
@@ -23,7 +23,7 @@ f(delta - sigma eps) carries no stream-to-stream noise. Each f is one hard-mode 
 The raw parameter is unconstrained (`params.SmoothedKnob`: delta = lo + (hi - lo)
 sigmoid(raw)); the chain rule through the sigmoid gives the raw gradient, which goes to
 the same optax chain (global-norm clipping, adam with warm-up + cosine schedule), orbax
-checkpoints and resume as `loop.tune`.
+checkpoints and resume as `loop.tune_gradient`.
 """
 
 from __future__ import annotations
@@ -36,11 +36,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from moejax import tunable as fam
+from moejax.catalog.policies import load_policy
 from moejax.errors import ConfigError, MoejaxError
-from moejax.systems.amoe import runner
+from moejax.output.results import atomic_write_json, atomic_write_text
+from moejax.runner import engine
+from moejax.systems.amoe import serve
 from moejax.tune import checkpoint as ck
-from moejax.tune import params as fam
-from moejax.tune import targets
+from moejax.tune import export, targets
+from moejax.tune.loop import TuneResult, make_optimizer, open_run, progress_bar, tau_at
 
 AEP_METRICS = ("throughput_tok_s", "itl_mean_s", "ttft_mean_s")
 AEP_DECAY_RANGE = (0.0, 1.0)  # the aep policy's allowed delta (002 Algorithm 1 weights)
@@ -76,7 +80,7 @@ def run_decays(system, base, decays, streams, key, *, group: int = 8, **kw) -> d
     decays at a time (the last group padded), so every call reuses one compiled loop.
 
     Stream s uses `jax.random.split(key, S)[s]` whatever the decay, as
-    `runner.run_streams(system, base.replace(decay=d), streams, key)` does for one decay."""
+    `engine.simulate(system, base.replace(decay=d), streams, key)` does for one decay."""
     decays = np.asarray(decays, np.float32).reshape(-1)
     n = decays.shape[0]
     padded = np.concatenate([decays, np.full(-n % group, decays[-1], np.float32)])
@@ -85,17 +89,16 @@ def run_decays(system, base, decays, streams, key, *, group: int = 8, **kw) -> d
     return {k: np.concatenate([o[k] for o in outs])[:n] for k in AEP_METRICS}
 
 
-def _run_group(system, base, decays, streams, key, *, chunk_steps: int = 2048,
-               max_steps: int = 50_000_000) -> dict:
+def _run_group(system, base, decays, streams, key, *, max_steps: int = 50_000_000) -> dict:
     n_p = decays.shape[0]
     n_s = int(np.shape(streams.arrival_s)[0])
     tile = lambda x: jnp.concatenate([x] * n_p)  # noqa: E731  [P * S, ...]
     params = base.replace(decay=jnp.asarray(np.repeat(decays, n_s)))
     try:
-        out = runner.run_streams(system, params, jax.tree_util.tree_map(tile, streams),
-                                 keys=tile(jax.random.split(key, n_s)),
-                                 chunk_steps=chunk_steps, max_steps=max_steps,
-                                 params_batched=True)
+        # decay per (decay, stream) row; the configuration's arrays shared by every row
+        out = engine.simulate(system, params, jax.tree_util.tree_map(tile, streams),
+                              keys=tile(jax.random.split(key, n_s)), max_steps=max_steps,
+                              params_batched=base.replace(decay=0, consts=None))
     except MoejaxError as err:
         raise ConfigError(f"aep: {err}") from None
     return {k: np.asarray(out[k]).reshape(n_p, n_s) for k in AEP_METRICS}
@@ -136,15 +139,12 @@ class AEPProblem:
 
 def aep_problem(cfg) -> AEPProblem:
     """Resolve the AEP policy and draw the streams of a TuneConfig (system = 'aep')."""
-    from moejax.systems.amoe import serve
-    from moejax.tune.loop import make_optimizer
-
     if tuple(cfg.params) != ("decay",):
         raise ConfigError(f"param = {','.join(cfg.params)}; allowed for aep: decay")
     if cfg.loss not in ("throughput", "mean"):
         raise ConfigError(f"loss = {cfg.loss!r}; allowed for aep: throughput (tokens/s), "
                           "mean (mean inter-token latency)")
-    policy = cfg.policy or targets.DEFAULT_POLICY["aep"]
+    policy = cfg.policy or targets.default_policy("aep")
     system, base, pol = serve.build(cfg.hardware, cfg.model, policy, cfg.requests)
     if pol.system != "aep" or dict(pol.options).get("scheduler", "defrag") != "defrag":
         raise ConfigError(f"policy {pol.name!r}: decay tuning needs an 'aep' policy with "
@@ -163,11 +163,9 @@ def aep_problem(cfg) -> AEPProblem:
 
 def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool = True,
                   callback=None, evaluate_heldout: bool = True):
-    """`loop.tune` for relaxation = 'smoothed' (AEP decay): each update draws `samples`
+    """`run.tune` for relaxation = 'smoothed' (AEP decay): each update draws `samples`
     antithetic pairs at sigma = tau_at(step), estimates dF/ddelta, maps it to raw, and
-    applies the optax chain; checkpoints and resume as in `loop.tune`."""
-    from moejax.tune.loop import TuneResult, _bar, open_run, tau_at
-
+    applies the optax chain; checkpoints and resume as in `loop.tune_gradient`."""
     prob = aep_problem(cfg)
     f = prob.family
     default = float(prob.base.decay)
@@ -179,7 +177,7 @@ def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool 
                                                   prob.optimizer.init(raw))
     dvalue = jax.jit(jax.grad(lambda r: f.relaxed(r, 0.0)))
     apply = jax.jit(lambda g, s, r: _apply(prob.optimizer, g, s, r))
-    with _bar(progress, cfg.steps, step) as advance:
+    with progress_bar(progress, cfg.steps, step) as advance:
         while step < cfg.steps:
             sigma = float(tau_at(cfg, step))
             delta = float(f.relaxed(raw["decay"], sigma))
@@ -199,8 +197,6 @@ def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool 
     hard = {"decay": f.hard(raw["decay"])}
     evaluation = {}
     if evaluate_heldout:
-        from moejax.output.results import atomic_write_json
-
         evaluation = evaluate_aep(prob, hard["decay"], default)
         atomic_write_json(Path(out) / "summary.json",
                           {"run": cfg.spec(), "step": step, "final_loss": history[-1],
@@ -226,12 +222,8 @@ def evaluate_aep(prob: AEPProblem, tuned: float, default: float) -> dict:
 
 def write_policy(path: str | Path, cfg, hard: dict, step: int) -> Path:
     """The base aep policy with the tuned `decay`, as a policy TOML (atomic)."""
-    from moejax.catalog.policies import load_policy
-    from moejax.output.results import atomic_write_text
-    from moejax.tune import export
-
     path = export.check_toml_path(path)
-    base = load_policy(cfg.policy or targets.DEFAULT_POLICY["aep"])
+    base = load_policy(cfg.policy or targets.default_policy("aep"))
     head = (f"# Tuned by `moejax tune` (relaxation 'smoothed': Gaussian smoothing, antithetic "
             f"score-function gradient): decay of policy {base.name!r},\n# {cfg.steps} steps "
             f"on {cfg.traces} streams x {cfg.requests} requests, Poisson {cfg.rate_per_s}/s, "

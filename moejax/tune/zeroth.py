@@ -31,11 +31,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from moejax import systems
 from moejax.errors import ConfigError
+from moejax.runner import engine
+from moejax.systems.amoe import serve
+from moejax.systems.wafer import system as wsys
+from moejax.systems.wafer.tuning import WAFER_ALPHA_GRID
+from moejax.trace.popularity import fixed_popularity, sample_from_popularity
 
 AEP_DECAY_GRID = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)  # the policy allows delta in [0, 1]
 AEP_METRICS = ("throughput_tok_s", "itl_mean_s", "ttft_mean_s")
-WAFER_ALPHA_GRID = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +76,6 @@ def tune_aep_decay(hardware: str = "a100x8-nvswitch", model: str = "mixtral-8x7b
     """Grid search of Algorithm 1's delta on training request streams; the best, the
     policy's default and the strawman schedulers evaluated on held-out streams (same rate
     and workload, other Poisson draws). Returns a JSON-able summary."""
-    from moejax.systems.amoe import runner, serve
-
     sign = _sign(metric)
     system, params, pol = serve.build(hardware, model, policy, requests)
     if pol.system != "aep" or dict(pol.options).get("scheduler", "defrag") != "defrag":
@@ -84,7 +87,7 @@ def tune_aep_decay(hardware: str = "a100x8-nvswitch", model: str = "mixtral-8x7b
     heldout = serve.streams(k_eval, num_streams=eval_streams, **kw)
 
     def run(sys_params, streams, system=system):
-        out = runner.run_streams(system, sys_params, streams, k_sim)
+        out = engine.simulate(system, sys_params, streams, k_sim)
         return {k: float(np.mean(np.asarray(out[k]))) for k in AEP_METRICS}
 
     def objective(delta):
@@ -117,14 +120,7 @@ def tune_wafer_alpha(hardware: str = "wsc-4x4", model: str = "qwen3-30b-a3b",
     policy's), on training traces by mean forward time per iteration (migration stalls
     included); then held-out evaluation of the best pair, the policy default and 'never
     balance' (alpha = 1e9). Returns a JSON-able summary."""
-    import dataclasses as dc
-
-    from moejax import api
-    from moejax.runner import engine
-    from moejax.systems.wafer import system as wsys
-    from moejax.tune.traces import fixed_popularity, sample_from_popularity
-
-    s = api.resolve(hardware, model, policy)
+    s = systems.resolve(hardware, model, policy)
     if s.policy.system != "wafer":
         raise ConfigError(f"policy {policy!r} is for system {s.policy.system!r}; alpha "
                           "tuning needs a 'wafer' policy with a balancer")
@@ -135,7 +131,7 @@ def tune_wafer_alpha(hardware: str = "wsc-4x4", model: str = "qwen3-30b-a3b",
         opts = {**dict(s.policy.options), **(overrides or {}), **extra}
         key = tuple(sorted((k, str(v)) for k, v in opts.items()))
         if key not in built:
-            pol = dc.replace(s.policy, options=tuple(sorted(opts.items())))
+            pol = dataclasses.replace(s.policy, options=tuple(sorted(opts.items())))
             built[key] = wsys.from_policy(s.platform, s.model, pol.options_table(),
                                           iterations)
         return built[key]

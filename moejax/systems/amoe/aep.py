@@ -26,7 +26,7 @@ block 0 (the sampler is part of the first attention layer, §3.2).
 from __future__ import annotations
 
 import dataclasses
-import weakref
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +59,11 @@ from moejax.systems.amoe.config import (
 from moejax.trace.core import RequestStream
 
 DEFAULT_OVERHEADS = Overheads()
+# How the engine runs an AEP configuration (`paths.build`), all equal event for event:
+# "rounds": rounds of launches in an exact lookahead window (JAX, the accelerator path,
+# `rounds.py`); "core": the exact event core (numba, the CPU path, `core.py`); "scan": one
+# event per engine step (`build` below, the plain vectorized form of the rules).
+PATHS = ("rounds", "core", "scan")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -84,6 +89,7 @@ class AEPConfig:
     cdf: np.ndarray  # [NB, E] float32
     num_bins: int  # time bins of the rate / queue-depth series
     bin_ticks: int
+    path: str = "rounds"  # how the engine runs it: rounds | core | scan (`paths.build`)
 
     @property
     def num_blocks(self) -> int:
@@ -131,10 +137,13 @@ def make_config(platform: Platform, model: ModelSpec, *, scheduler: str = "defra
                 attention_per_node: int | None = None, lookahead: int = 2,
                 overheads: Overheads = DEFAULT_OVERHEADS, kv_fraction: float = 0.9,
                 skew_scale: float = 0.5, skew_seed: int = 0, popularity=None,
-                bin_s: float = 1.0, num_bins: int = 64, dtype: str = "bf16") -> AEPConfig:
+                bin_s: float = 1.0, num_bins: int = 64, dtype: str = "bf16",
+                path: str = "rounds") -> AEPConfig:
     """Validated AEPConfig: placement, layer costs, transfer tables, KV capacity, routing."""
     if scheduler not in SCHEDULERS:
         raise ConfigError(f"scheduler = {scheduler!r}; allowed: {', '.join(SCHEDULERS)}")
+    if path not in PATHS:
+        raise ConfigError(f"path = {path!r}; allowed: {', '.join(PATHS)}")
     check_positive("num_requests", num_requests, integer=True)
     check_positive("lookahead", lookahead, integer=True)
     check_positive("bin_s", bin_s)
@@ -185,15 +194,23 @@ def make_config(platform: Platform, model: ModelSpec, *, scheduler: str = "defra
         attention_gpus=attention_gpus, expert_gpus=expert_gpus, lookahead=int(lookahead),
         kv_capacity_tokens=kv_tokens, cost=layer_cost(platform, model, overheads, dtype),
         lat_s=lat, per_token_s=per_tok, cdf=routing.popularity_cdf(popularity),
-        num_bins=int(num_bins), bin_ticks=max(1, int(round(bin_s / TICK_S))),
+        num_bins=int(num_bins), bin_ticks=max(1, int(round(bin_s / TICK_S))), path=path,
     )
 
 
 @struct.dataclass
 class AEPParams:
-    """Tunable parameters: `decay` is delta of Algorithm 1 (lookahead weight decay)."""
+    """Tunable parameters: `decay` is delta of Algorithm 1 (lookahead weight decay).
+
+    consts: the per-configuration arrays of the rounds path (`rounds.Consts`, made by
+    `paths.params`; None for the other paths). They are params, not constants of the
+    compiled program, so that XLA cannot fold them into the float32 arithmetic that must
+    round as the core's does (`rounds_ops._mul`), and so that design points that differ
+    only in platform values share one compiled program (a sweep batches them).
+    """
 
     decay: jax.Array = struct.field(default_factory=lambda: jnp.float32(0.5))
+    consts: Any = None
 
 
 @struct.dataclass
@@ -250,8 +267,9 @@ def _itl_bin(itl_ticks):
     return jnp.searchsorted(edges, itl_ticks.astype(jnp.float32), side="right")
 
 
-def build(cfg: AEPConfig, num_steps: int = 1) -> System:
-    """The AEP serving simulation as an engine System over request streams."""
+def build(cfg: AEPConfig, num_steps: int = 2048) -> System:
+    """The AEP serving simulation as an engine System over request streams, one event per
+    step (`path = "scan"`); the engine runs segments of `num_steps` events until done."""
     r_, k_ = cfg.num_requests, cfg.model.top_k
     nb, a_, d_ = cfg.num_blocks, cfg.num_ranks, cfg.num_devices
     gpu_of_unit = jnp.asarray(cfg.gpu_of_unit)
@@ -401,17 +419,15 @@ def build(cfg: AEPConfig, num_steps: int = 1) -> System:
         del outs
         return metrics(cfg, s)
 
-    system = System(name=f"aep-{cfg.scheduler}", init=init, step=step, finish=finish,
-                    num_steps=num_steps, is_done=is_done)
-    CONFIGS[system] = cfg  # runner.run_streams runs it in rounds (`rounds.py`)
-    return system
-
-
-CONFIGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # System -> AEPConfig
+    return System(name=f"aep-{cfg.scheduler}", init=init, step=step, finish=finish,
+                  num_steps=num_steps, is_done=is_done)
 
 
 def metrics(cfg: AEPConfig, s: AEPState) -> dict:
-    """Per-stream metrics (throughput, ITL, TTFT, stalls, series) from a final state."""
+    """Per-stream metrics (throughput, ITL, TTFT, stalls, series) from a final state.
+
+    cfg: an AEPConfig, or anything with its `num_devices`, `attention_gpus`, `expert_gpus`
+    (`paths.Layout`)."""
     real = s.mask
     out = jnp.where(real, s.tokens_done, 0)
     start = jnp.min(jnp.where(real, s.arrival, BIG_TICK))

@@ -19,6 +19,7 @@ from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
 from moejax.physics import topology
+from moejax.trace import gen
 
 TICK_S = 1e-6  # event-clock resolution: int32 microseconds (a 35-minute horizon)
 BIG_TICK = 2**31 - 1  # "never"
@@ -58,7 +59,8 @@ class Overheads:
     attention_fixed_s: float = 100e-6
     page_table_s_per_token: float = 2e-6
     expert_fixed_s: float = 30e-6
-    # kernel efficiencies and message costs (issue 15 part 3; defaults = the plain roofline)
+    # kernel efficiencies and message costs (calibrated in docs/reproduction/amoe.md; defaults:
+    # the plain roofline)
     expert_efficiency: float = 1.0  # share of peak FLOPs the expert GEMM reaches (Fig. 3)
     attention_kv_reads: float = 1.0  # times the paged decode kernel streams the KV cache
     message_s: float = 0.0  # software cost of one point-to-point message (§3.5), on top
@@ -165,8 +167,6 @@ def kv_tokens_per_layerset(model: ModelSpec) -> float:
 
 def exponential_popularity(num_blocks: int, num_experts: int, scale: float, seed: int):
     """float64 [NB, E] expert popularity per block: 002 §5 exponential fit (trace.gen)."""
-    from moejax.trace import gen
-
     p = gen.popularity(f"exponential:scale={scale}", jax.random.key(seed), iterations=1,
                        layers=num_blocks, num_experts=num_experts)
     return np.asarray(p[0], np.float64)
@@ -182,10 +182,15 @@ def itl_bin_edges_s() -> np.ndarray:
     return np.geomspace(ITL_MIN_S, ITL_MAX_S, NUM_ITL_BINS - 1).astype(np.float32)
 
 
-def itl_bin_centers_s() -> np.ndarray:
-    e = itl_bin_edges_s().astype(np.float64)
-    mids = np.sqrt(e[1:] * e[:-1])
-    return np.concatenate([[e[0]], mids, [e[-1]]])
+def p99_from_hist(hist) -> float:
+    """99th percentile ITL (s) from a histogram on `itl_bin_edges_s` (the upper edge of the
+    bin holding it; NaN for an empty histogram)."""
+    h = np.asarray(hist, np.float64)
+    if h.sum() == 0:
+        return float("nan")
+    c = np.cumsum(h) / h.sum()
+    edges = np.concatenate([itl_bin_edges_s().astype(np.float64), [np.inf]])
+    return float(edges[int(np.searchsorted(c, 0.99))])
 
 
 def check_positive(name: str, value, integer: bool = False) -> None:

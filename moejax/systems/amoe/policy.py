@@ -6,11 +6,9 @@ the number of requests per stream (the padded size R of a `RequestStream`).
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
 from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
-from moejax.systems.amoe import aep, sync
+from moejax.systems.amoe import aep, paths, sync
 from moejax.systems.amoe.config import SCHEDULERS, Overheads, mqa
 
 
@@ -28,6 +26,7 @@ def _aep_options(t):
     common, use_mqa, top_k = _common(t)
     opts = dict(
         scheduler=t.str("scheduler", "defrag", choices=SCHEDULERS),
+        path=t.str("path", "rounds", choices=aep.PATHS),
         lookahead=t.int("lookahead", 2),
         attention_per_node=t.int("attention_per_node", 0, lo=0) or None,
         overheads=Overheads(
@@ -83,11 +82,12 @@ def check_sync_options(t) -> None:
 
 
 def aep_from_policy(platform: Platform, model: ModelSpec, t, num_requests: int):
-    """(System, AEPParams) from an AEP policy's options Table."""
+    """(System, AEPParams) from an AEP policy's options Table, on the path its `path`
+    option names (`paths.build`)."""
     opts, decay, use_mqa, top_k = _aep_options(t)
     cfg = aep.make_config(platform, _model(model, use_mqa, top_k), num_requests=num_requests,
                           **opts)
-    return aep.build(cfg), aep.AEPParams(decay=jnp.float32(decay))
+    return paths.build(cfg), paths.params(cfg, decay)
 
 
 def sync_from_policy(platform: Platform, model: ModelSpec, t, num_requests: int):

@@ -22,9 +22,11 @@ every start of the round. Two event orders still matter and cap the round:
 
 State is sized by concurrency: C request slots (recycled once a finished request's KV is
 released), K token slots each, fed from the stream by a pointer; the per-request outputs
-[R] are written once per emission / completion. `simulate` takes the inputs of
-`core.simulate` (open loop) and returns its tuple; `run_streams` gives the old JAX path's
-per-stream metrics (`aep.metrics`), vmapped over streams.
+[R] are written once per emission / completion. This module holds the types and the
+round; `rounds_ops.py` the arithmetic that must equal the core's; `rounds_io.py` the
+conventions of `core.simulate` (`simulate` takes its inputs and returns its tuple) and of
+the AEP System (`from_aep`, `aep_state`); `paths.py` the engine System that runs rounds
+(the AEP policies' default `path = "rounds"`).
 
 Speed (CPU, many streams; docs/performance.md): a round's work is O(C) vector ops, so
 the rest of a round runs on few rows. Only the rows with a token in a launch change, so
@@ -57,18 +59,24 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
-from moejax.errors import ConfigError
 from moejax.systems.amoe import routing
-from moejax.systems.amoe.config import BIG_TICK
-
-BIG = np.int32(BIG_TICK)
-I32 = jnp.int32
-F32 = jnp.float32
-COST_FIELDS = ("exp_comp", "exp_weight", "exp_act", "exp_fixed", "att_comp", "att_ctx_comp",
-               "att_weight", "att_kv", "att_act", "att_fixed", "att_per_token")
+from moejax.systems.amoe.rounds_ops import (
+    BIG,
+    F32,
+    I32,
+    _all,
+    _any,
+    _bins,
+    _first_max,
+    _itl_bin,
+    _layer_ticks,
+    _mul,
+    _once,
+    _select,
+    _ticks,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,103 +194,6 @@ class State:
     qdepth_n: jax.Array  # [S]
 
 
-def _ticks(secs):
-    """config.to_ticks / core._ticks: ceil(seconds x 1e6) in float32."""
-    return jnp.ceil(secs * F32(1.0 / 1e-6)).astype(I32)
-
-
-def _mul(a, b, zero):
-    """float32 a x b rounded on its own, as numba / numpy do.
-
-    XLA:CPU contracts `x + a * b` into one fused multiply-add (a single rounding), and
-    reassociates products with scalars, which moves a duration across a tick boundary now
-    and then. The product's bits pass through an integer add of a runtime 0 (`Consts.zero`,
-    unknown to the compiler), so it is rounded before any sum it enters.
-    """
-    p = jax.lax.bitcast_convert_type(a * b, I32) + zero
-    return jax.lax.bitcast_convert_type(p, F32)
-
-
-def _once(x):
-    """x materialized once (an optimization barrier: no recomputation in consumers)."""
-    return jax.lax.optimization_barrier(x)
-
-
-def _layer_ticks(cost, n, ctx, is_att, zero):
-    """Duration ticks of a launch of n tokens (attention: ctx KV tokens), core's float32."""
-    (exp_comp, exp_weight, exp_act, exp_fixed, att_comp, att_ctx_comp, att_weight, att_kv,
-     att_act, att_fixed, att_per_token) = (cost[i] for i in range(len(COST_FIELDS)))
-    nf = n.astype(F32)
-    cf = ctx.astype(F32)
-    comp = _mul(nf, att_comp, zero) + _mul(cf, att_ctx_comp, zero)
-    mem = (att_weight + _mul(cf, att_kv, zero)) + _mul(nf, att_act, zero)
-    att = (jnp.maximum(comp, mem) + att_fixed) + _mul(nf, att_per_token, zero)
-    exp = jnp.maximum(_mul(nf, exp_comp, zero), exp_weight + _mul(nf, exp_act, zero)) + exp_fixed
-    return _ticks(jnp.where(is_att, att, exp))
-
-
-def _first_max(x):
-    """argmax over the last axis (the first maximum) as two plain reductions.
-
-    XLA:CPU lowers `jnp.argmax` to a variadic (value, index) reduce that does not vectorize;
-    max, then the smallest index holding it, is the same index (no NaN here).
-    """
-    m = x.max(-1, keepdims=True)
-    idx = jax.lax.broadcasted_iota(I32, x.shape, x.ndim - 1)
-    return jnp.where(x == m, idx, x.shape[-1]).min(-1)
-
-
-def _select(spec: Spec, qm, nloc, decay, zero, sched):
-    """Per-GPU (block, local unit) [D] chosen from its local queue counts qm [D, NB, L].
-
-    qm[g, b, l] counts the eligible tokens of block b at GPU g's l-th unit (`local_units`:
-    ascending unit ids, padding columns stay 0), so the (b, l) order is the core's (b, u)
-    order over the GPU's units and its tie rules hold. spec.sched 0 / 1 / 2 compiles one
-    scheduler; -1 computes all three and picks the stream's `sched` (one compilation for
-    a sweep over schedulers).
-    """
-    d_, nb, nl = qm.shape
-    kinds = (spec.sched,) if spec.sched >= 0 else (0, 1, 2)
-    picks = []
-    for kind in kinds:
-        if kind == 2:  # FLFS: first block with a ready token, its fullest local queue
-            b = _first_max((qm.sum(2) > 0).astype(I32))
-            picks.append((b, _first_max(jnp.take_along_axis(qm, b[:, None, None], 1)[:, 0])))
-            continue
-        if kind == 1:  # MTFS: the fullest queue, block-major first
-            score = qm.astype(F32)
-        else:  # Algorithm 1 (§3.4), float32 in the core's order
-            total = qm.sum(2).astype(F32)  # [D, NB]
-            n_e = nloc.astype(F32)[:, None]
-            ls = jnp.zeros_like(total)
-            dk = F32(1.0)
-            for k in range(1, spec.lookahead + 1):
-                dk = dk * decay
-                ls = ls + _mul(jnp.roll(total, -k, axis=1) / n_e, dk, zero)
-            score = jnp.where(qm > 0, ls[:, :, None] + qm.astype(F32), 0.0)
-        flat = _first_max(score.reshape(d_, nb * nl))
-        picks.append((flat // nl, flat % nl))
-    if len(picks) == 1:
-        return picks[0]
-    b = jnp.select([sched == 0, sched == 1], [picks[0][0], picks[1][0]], picks[2][0])
-    u = jnp.select([sched == 0, sched == 1], [picks[0][1], picks[1][1]], picks[2][1])
-    return b, u
-
-
-def local_units(gpu_of_unit, num_devices: int):
-    """(local [D, L], slot [U], nloc [D]): each GPU's units in ascending order (padded with
-    U), each unit's column in its GPU's row, units per GPU (int32)."""
-    g = np.asarray(gpu_of_unit, np.int64)
-    u_n = len(g)
-    nloc = np.bincount(g, minlength=num_devices)[:num_devices]
-    local = np.full((num_devices, max(int(nloc.max(initial=0)), 1)), u_n, np.int32)
-    slot = np.zeros(u_n, np.int32)
-    for u in range(u_n):  # setup only (U is small)
-        slot[u] = (g[:u] == g[u]).sum()
-        local[g[u], slot[u]] = u
-    return local, slot, nloc.astype(np.int32)
-
-
 def init(spec: Spec, st: Stream) -> State:
     c, k, d, r = spec.slots, spec.top_k, spec.num_devices, spec.requests
     zc = jnp.zeros(c, I32)
@@ -303,44 +214,6 @@ def init(spec: Spec, st: Stream) -> State:
         done_bins=jnp.zeros(s_, I32), qdepth=jnp.zeros((s_, spec.num_blocks), F32),
         qdepth_n=jnp.zeros(s_, I32),
     )
-
-
-ITL_M = 6  # log buckets: values < 64 exact, then 64 sub-buckets per power of two
-
-
-def _itl_key(v):
-    """Log bucket of int32 ticks v >= 0 (HDR-histogram style, integer ops only)."""
-    v = jnp.maximum(v, 0)
-    e = 31 - jax.lax.clz(jnp.maximum(v, 1))
-    shift = jnp.maximum(e - ITL_M, 0)
-    return jnp.where(e < ITL_M, v, (shift << ITL_M) + (v >> shift))
-
-
-def itl_table(edges):
-    """(lo [KEYS], span): edges below each bucket of `_itl_key`, most edges in one bucket.
-
-    searchsorted(edges, v, 'right') == lo[key(v)] + #{j < span: edges[lo + j] <= v}: the
-    edges in v's bucket are the next ones after lo (the review's integer-log ITL binning,
-    §7.4 B, exact for any sorted int edges).
-    """
-    e = np.asarray(edges, np.int64)
-    keys = np.arange((32 - ITL_M) << ITL_M, dtype=np.int64)
-    shift = np.maximum((keys >> ITL_M) - 1, 0)
-    top = np.where(keys < (1 << ITL_M), keys, keys - (shift << ITL_M))
-    bmin = np.where(keys < (1 << ITL_M), keys, top << shift)
-    bmax = np.where(keys < (1 << ITL_M), keys, ((top + 1) << shift) - 1)
-    lo = np.searchsorted(e, bmin, side="left")
-    hi = np.searchsorted(e, bmax, side="right")
-    return np.minimum(lo, len(e)).astype(np.int32), max(int((hi - lo).max(initial=0)), 1)
-
-
-def _itl_bin(spec: Spec, cs: Consts, v):
-    """searchsorted(itl_edges, v, side='right') for int32 ticks v (`itl_table`)."""
-    lo = cs.itl_lo[_itl_key(v)]
-    hb = lo
-    for j in range(spec.itl_span):
-        hb = hb + (cs.itl_edges[lo + j] <= v).astype(I32)
-    return hb
 
 
 def _starts(spec: Spec, cs: Consts, s: State):
@@ -370,16 +243,6 @@ def _head(spec: Spec, cs: Consts, st: Stream, s: State):
     slot = jnp.where(has_slot, first, 0)
     t_adm = jnp.where(valid & fits, t_a, BIG)
     return t_adm, best, slot, has_slot, valid & ~fits, t_a
-
-
-def _any(x, axis):
-    """x, or (under `jax.vmap(..., axis_name=axis)`) whether any stream's x holds.
-
-    A loop predicate that is the same for every stream keeps `lax.while_loop` a plain
-    loop under vmap; a per-stream predicate makes vmap select every carried array (the
-    whole State) per iteration. The bodies gate their updates per stream instead.
-    """
-    return x if axis is None else jax.lax.pmax(x, axis)
 
 
 def _admissions(spec: Spec, cs: Consts, st: Stream, s: State, live, axis=None):
@@ -444,26 +307,9 @@ def _admissions(spec: Spec, cs: Consts, st: Stream, s: State, live, axis=None):
     return s.replace(overflow=s.overflow | overflow), earliest, t_adm, blocked, t_a
 
 
-def _bins(idx, w, n: int):
-    """[n] sums of w by bin idx (bins outside [0, n) dropped): a scatter-add.
-
-    Small n: one-hot compare and sum (vectorizes; XLA:CPU scatters over the C slot rows
-    cost ~20 ns per row, batched under vmap); large n: a scatter.
-    """
-    idx, w = idx.reshape(-1), w.reshape(-1)
-    if n > 8:
-        return jnp.zeros(n, w.dtype).at[idx].add(w, mode="drop")
-    return jnp.where(idx[:, None] == jnp.arange(n, dtype=idx.dtype), w[:, None], 0).sum(0)
-
-
 ROWS = ("req", "rank", "block", "done", "outl", "phase", "release", "last", "first", "unit",
         "sstate", "ready")  # the slot fields a round reads per row
 ACC = ("finished", "itl_sum", "itl_n", "tok_bins", "itl_hist")  # `_moves` accumulators
-
-
-def _all(x, axis):
-    """x, or (under `jax.vmap(..., axis_name=axis)`) whether every stream's x holds."""
-    return x if axis is None else ~jax.lax.pmax(~x, axis)
 
 
 def _moves(spec: Spec, cs: Consts, st: Stream, r, batch, gpu, is_att, end, acc0, axis=None):
@@ -711,232 +557,3 @@ def compiled(spec: Spec, batched: bool = False):
         adv = jax.vmap(functools.partial(adv, axis="streams"), in_axes=(None, 0, 0, None),
                        axis_name="streams")
     return jax.jit(ini), jax.jit(adv, donate_argnums=2)
-
-
-def consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, cost, lat, ptok, cdf, w0=0, w1=BIG,
-           bin_ticks=1, itl_edges=None, series_ticks=1) -> Consts:
-    i32 = functools.partial(np.asarray, dtype=np.int32)
-    edges = np.zeros(0, np.int64) if itl_edges is None else np.asarray(itl_edges)
-    if edges.dtype.kind == "f":  # float32 tick edges (aep.py): v >= e  <=>  v >= ceil(e)
-        edges = np.ceil(edges.astype(np.float64))
-    edges = np.minimum(edges, BIG).astype(np.int64)
-    lo, span = itl_table(edges)
-    local, lslot, nloc = local_units(gpu_of_unit, np.shape(lat)[0])
-    edges = np.concatenate([edges, np.full(span + 1, BIG)]).astype(np.int32)
-    return Consts(
-        gpu_of_unit=i32(gpu_of_unit), att_gpu=i32(att_gpu), exp_gpu=i32(exp_gpu),
-        kvcap=np.int32(min(int(kvcap), BIG)), cost=np.asarray(cost, np.float32).reshape(-1),
-        lat=np.asarray(lat, np.float32), ptok=np.asarray(ptok, np.float32),
-        cdf=np.asarray(cdf, np.float32), w0=np.int32(min(int(w0), BIG)),
-        w1=np.int32(min(int(w1), BIG)), bin_ticks=np.int32(bin_ticks),
-        itl_edges=edges, itl_lo=lo, series_ticks=np.int32(series_ticks), zero=np.int32(0),
-        local=local, lslot=lslot, nloc=nloc)
-
-
-def prepare(arrival, inp, outl, n_req0, closed, horizon, new_inp, new_outl,
-            sched, nb_, k_, a_, d_, gpu_of_unit, att_gpu, exp_gpu, kvcap,
-            cost, lat, ptok, cdf, seed, decay, lookahead, max_events, init_block, init_done,
-            w0, w1, bin_ticks, itl_edges, tok_bins, itl_hist, conc_cap, *,
-            sched_per_stream: bool = False, requests: int = 0, slots: int = 0,
-            closed_spec: bool | None = None, compact: int | None = None):
-    """(Spec, Consts, Stream) of one `core.simulate` call (see `simulate`).
-
-    Shapes for one compilation over several calls: `requests` / `slots` raise R / C (the
-    streams are padded), `closed_spec` compiles the closed loop in for open streams too,
-    `sched_per_stream` takes the scheduler per stream, `compact` sets `Spec.compact`
-    (default `default_compact(C)`: all rows for one stream).
-    """
-    if len(itl_hist) != len(itl_edges) + 1:
-        raise ConfigError("itl_hist: needs len(itl_edges) + 1 bins")
-    n = int(n_req0)
-    r = max(int(len(arrival)), 1, int(requests))
-    arr = np.zeros(r, np.int64)
-    arr[:len(arrival)] = np.asarray(arrival, np.int64)
-    if n and arr[:n].max() >= BIG:
-        raise ConfigError(f"arrival: ticks up to {BIG} (int32 µs); got {arr[:n].max()}")
-    closed = int(closed) > 0
-    if closed:  # requests past the first n_req0 take new_inp / new_outl (core.simulate)
-        inp = np.concatenate([np.asarray(inp)[:n], np.asarray(new_inp)[n:]])
-        outl = np.concatenate([np.asarray(outl)[:n], np.asarray(new_outl)[n:]])
-    cs = consts(gpu_of_unit, att_gpu, exp_gpu, kvcap, np.asarray(cost, np.float32), lat,
-                ptok, cdf, w0, w1, bin_ticks, np.asarray(itl_edges, np.int64))
-    spec = Spec(num_blocks=int(nb_), top_k=int(k_), num_ranks=int(a_),
-                num_devices=int(d_), num_units=len(gpu_of_unit),
-                slots=max(1, min(int(conc_cap), max(n, 1)), int(slots)), requests=r,
-                sched=-1 if sched_per_stream else int(sched), lookahead=int(lookahead),
-                tok_bins=len(tok_bins), itl_bins=len(itl_hist),
-                itl_span=len(cs.itl_edges) - len(itl_hist),
-                closed=closed if closed_spec is None else bool(closed_spec))
-    spec = dataclasses.replace(spec, compact=default_compact(spec.slots) if compact is None
-                               else int(compact))
-    if closed and not spec.closed:
-        raise ConfigError("closed = N: needs closed_spec (a closed-loop compilation)")
-
-    def pad(x):
-        out = np.zeros(r, np.int32)
-        out[:len(x)] = np.minimum(np.asarray(x, np.int64), BIG)
-        return out
-
-    st = Stream(arrival=pad(arr), inp=pad(inp), outl=pad(outl), n_req=np.int32(n),
-                seed=np.uint32(seed), decay=np.float32(decay), sched=np.int32(sched),
-                max_events=np.int32(min(int(max_events), BIG)),
-                closed=np.bool_(closed),
-                horizon=np.int32(min(int(horizon), BIG) if closed else BIG),
-                blk0=pad(init_block), done0=pad(init_done))
-    return spec, cs, st
-
-
-def unpack(spec: Spec, s: State, st: Stream, tok_bins=None, itl_hist=None):
-    """`core.simulate`'s result tuple from a final State (int64, core.BIG for never)."""
-    from moejax.systems.amoe import core
-
-    n = int(s.n_req)
-    complete, first, last, done = (np.asarray(x) for x in outputs(spec, s))
-    s = jax.tree_util.tree_map(np.asarray, s)
-    if s.overflow:
-        raise ConfigError(f"conc_cap = {spec.slots}: more requests hold KV at once; raise it")
-    if tok_bins is not None:
-        tok_bins[:] = s.tok_bins
-    if itl_hist is not None:
-        itl_hist[:] = s.itl_hist
-
-    def i64(x, big=False):
-        x = np.asarray(x)[:n].astype(np.int64)
-        return np.where(x >= BIG, core.BIG, x) if big else x
-
-    return (i64(complete, True), i64(first), i64(last), i64(done), i64(s.o_rank),
-            i64(s.o_admitted, True), i64(s.arr), i64(st.outl), s.busy.astype(np.int64),
-            s.execs.astype(np.int64), s.ntok.astype(np.int64), int(s.events),
-            int(s.clock), n, int(s.itl_sum), int(s.itl_n), int(s.exhausted))
-
-
-def simulate(*args, jit: bool = True):
-    """`core.simulate`'s inputs and outputs (open or closed loop), in rounds on JAX.
-
-    `conc_cap` (the last argument) sizes the request slots (C). Ticks go through int32
-    (BIG_TICK = never): arrivals past 2^31 - 1 µs (35 min) are refused. Returns core's
-    tuple; `tok_bins` / `itl_hist` are filled in place.
-    """
-    spec, cs, st = prepare(*args)
-    if jit:
-        ini, adv = compiled(spec)
-        s = adv(cs, st, ini(st), BIG)
-    else:
-        s = run(spec, cs, st)
-    return unpack(spec, s, st, args[31], args[32])
-
-
-def default_compact(slots: int, streams: int = 1) -> int:
-    """Rows per round on the gathered path (`Spec.compact`) for C slots and a batch of
-    `streams`: 0 (all rows) for one stream or up to 32 slots, else max(16, C / 32).
-
-    Measured at C = 200 (200-request benchmark streams: 13.5 tokens moved per round on
-    average, at most 16 per stream in rounds 200-400), CPU-µs per stream-round, all rows
-    vs 16 gathered: 1 stream 32.7 vs 39.0 (a lone round is bound by its ~180 XLA thunks,
-    and gathering adds ~25); 16 streams 27.9 vs 21.9; 128 streams 25.0 vs 20.4; 1,024
-    streams 12-24 gathered rows best, 32 no better than all rows (docs/performance.md).
-    """
-    return 0 if streams <= 1 or slots <= 32 else max(16, slots // 32)
-
-
-def from_aep(cfg, streams, keys, decay, *, slots: int | None = None,
-             compact: int | None = None):
-    """(Spec, Consts, Stream [T]) of `aep.build(cfg)` runs: the old JAX path's conventions.
-
-    streams: RequestStream leaves [T, R] (real requests a prefix, `mask`); keys [T] give
-    the routing seeds (`aep.stream_seed`); decay: scalar or [T]. ITL histogram on
-    `config.itl_bin_edges_s` (float32 ticks, as aep.py bins them), completions and queue
-    depth per `cfg.bin_ticks` series bin. slots: the concurrency cap C (default R);
-    compact: rows per round on the gathered path (default `default_compact(C, T)`).
-    """
-    from moejax.systems.amoe import aep, config
-
-    arrival = np.asarray(aep.stream_ticks(np, np.asarray(streams.arrival_s)), np.int32)
-    t_, r_ = arrival.shape
-    mask = np.asarray(streams.mask, bool)
-    n_req = np.where(mask.all(1), r_, np.argmin(mask, 1)).astype(np.int32)
-    seeds = np.asarray(jax.vmap(aep.stream_seed)(keys), np.uint32)
-    sched = {"defrag": 0, "mtfs": 1, "flfs": 2}[cfg.scheduler]
-    edges = config.itl_bin_edges_s() / np.float32(config.TICK_S)
-    cs = consts(cfg.gpu_of_unit, cfg.attention_gpus, cfg.expert_gpus, cfg.kv_capacity_tokens,
-                [getattr(cfg.cost, f) for f in COST_FIELDS], cfg.lat_s, cfg.per_token_s, cfg.cdf,
-                itl_edges=edges.astype(np.float32), series_ticks=cfg.bin_ticks)
-    spec = Spec(num_blocks=cfg.num_blocks, top_k=cfg.model.top_k, num_ranks=cfg.num_ranks,
-                num_devices=cfg.num_devices, num_units=cfg.num_units,
-                slots=int(slots or r_), requests=r_, sched=sched, lookahead=cfg.lookahead,
-                compact=(default_compact(int(slots or r_), t_) if compact is None
-                         else int(compact)),
-                tok_bins=1, itl_bins=config.NUM_ITL_BINS,
-                itl_span=len(cs.itl_edges) - config.NUM_ITL_BINS, series=cfg.num_bins)
-    st = Stream(arrival=arrival, inp=np.asarray(streams.input_len, np.int32),
-                outl=np.asarray(streams.output_len, np.int32), n_req=n_req, seed=seeds,
-                decay=np.broadcast_to(np.asarray(decay, np.float32), (t_,)).copy(),
-                sched=np.full(t_, sched, np.int32), max_events=np.full(t_, BIG, np.int32),
-                closed=np.zeros(t_, bool), horizon=np.full(t_, BIG, np.int32),
-                blk0=np.zeros((t_, r_), np.int32),
-                done0=np.zeros((t_, r_), np.int32))
-    return spec, cs, st
-
-
-def aep_state(spec: Spec, s: State, st: Stream, mask):
-    """An `aep.AEPState` of a final rounds State (the fields `aep.metrics` reads)."""
-    from moejax.systems.amoe import aep
-
-    complete, first, last, done = outputs(spec, s)
-    fin = complete < BIG
-    zr = jnp.zeros(spec.requests, I32)
-    zrk = jnp.zeros((spec.requests, spec.top_k), I32)
-    return aep.AEPState(
-        arrival=st.arrival, input_len=st.inp, output_len=st.outl, mask=mask, seed=st.seed,
-        clock=s.clock, next_req=s.next_req, gpu_free=s.gpu_free, rank=s.o_rank,
-        admitted=s.o_admitted, phase=jnp.where(fin, 2, jnp.where(s.o_rank >= 0, 0, -1)),
-        block=zr, tokens_done=done, slot_unit=zrk, slot_state=zrk, slot_ready=zrk,
-        release=complete, first_tok=first, last_tok=last, complete=complete,
-        itl_hist=s.itl_hist, busy=s.busy, execs=s.execs, exec_tokens=s.ntok,
-        done_bins=s.done_bins, qdepth=s.qdepth, qdepth_n=s.qdepth_n, events=s.events)
-
-
-def run_streams(cfg, params, streams, keys, *, params_batched: bool = False,
-                slots: int | None = None, chunk_rounds: int = 1 << 16,
-                max_steps: int = 50_000_000, return_state: bool = False, progress=None):
-    """`runner.run_streams` for an `aep.build(cfg)` system, in rounds (same metrics)."""
-    from moejax.errors import MoejaxError
-
-    if np.shape(streams.arrival_s)[1:] != (cfg.num_requests,):
-        raise ConfigError(f"stream: expected {cfg.num_requests} requests (num_requests), got "
-                          f"{np.shape(streams.arrival_s)[1:]}")
-    decay = np.asarray(params.decay, np.float32)
-    spec, cs, st = from_aep(cfg, streams, keys, decay if params_batched else decay.item(),
-                            slots=slots)
-    say = progress or (lambda text: None)
-    say("compiling")
-    ini, adv = compiled(spec, batched=True)
-    s = ini(st)
-    limit = 0
-    while True:
-        limit += chunk_rounds
-        s = adv(cs, st, s, limit)
-        stop = np.asarray(s.stop)
-        ev = int(np.asarray(s.events).sum())
-        say(f"{ev} events simulated, {int(stop.sum())} of {stop.size} streams done")
-        if stop.all():
-            break
-        if int(np.asarray(s.events).max()) >= max_steps:
-            raise MoejaxError(f"aep-{cfg.scheduler}: streams not done after max_steps = "
-                              f"{max_steps} events; raise max_steps or lower the load")
-    if np.asarray(s.overflow).any():
-        raise MoejaxError(f"slots = {spec.slots}: more requests held KV at once; raise slots")
-    state, out = _finisher(spec, cfg)(s, st, jnp.asarray(streams.mask, bool))
-    return (out, state) if return_state else out
-
-
-@functools.lru_cache(maxsize=32)
-def _finisher(spec: Spec, cfg):
-    """jit(vmap) of final State -> (AEPState, aep.metrics), compiled once per config."""
-    from moejax.systems.amoe import aep
-
-    def one(s, st, mask):
-        state = aep_state(spec, s, st, mask)
-        return state, aep.metrics(cfg, state)
-
-    return jax.jit(jax.vmap(one))

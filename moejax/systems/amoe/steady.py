@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from moejax.errors import ConfigError
-from moejax.systems.amoe import core
+from moejax.systems.amoe import core, rounds_io
 from moejax.systems.amoe.aep import AEPConfig, stream_ticks
 from moejax.systems.amoe.config import BIG_TICK, SCHEDULERS, TICK_S
 
@@ -40,18 +40,17 @@ def _cost(cfg: AEPConfig):
 
 
 def _call(cfg: AEPConfig, arrival, inp, outl, n0, closed, horizon, new_inp, new_outl, seed,
-          decay, init_block, init_done, window, conc_cap, max_events, plain, backend="core"):
+          decay, init_block, init_done, window, conc_cap, max_events, plain, path="core"):
     w0, w1 = (int(round(x / TICK_S)) for x in window)
     bin_ticks = int(round(BIN_S / TICK_S))
     t_end = max(int(horizon) if closed else int(arrival[:n0].max(initial=0)) * 4, w1) + 1
     tok_bins = np.zeros(t_end // bin_ticks + 2, np.int64)
     itl_hist = np.zeros(len(ITL_EDGES_S) + 1, np.int64)
     edges = np.ceil(ITL_EDGES_S / TICK_S).astype(np.int64)
-    if backend not in ("core", "rounds"):
-        raise ConfigError(f"backend = {backend!r}; allowed: 'core', 'rounds'")
-    if backend == "rounds":  # the JAX path (rounds.py), equal to the core
-        from moejax.systems.amoe import rounds
-        fn = rounds.simulate
+    if path not in ("core", "rounds"):
+        raise ConfigError(f"path = {path!r}; allowed: 'core', 'rounds'")
+    if path == "rounds":  # the JAX path (rounds.py), equal to the core
+        fn = rounds_io.simulate
     else:
         fn = core.simulate_py if plain else core.simulate
     out = fn(arrival, inp, outl, int(n0), int(closed), int(horizon), new_inp, new_outl,
@@ -76,11 +75,11 @@ def _call(cfg: AEPConfig, arrival, inp, outl, n0, closed, horizon, new_inp, new_
 
 def run_open(cfg: AEPConfig, arrival_s, input_len, output_len, seed: int, decay: float = 0.5,
              *, window_s=None, plain: bool = False, max_events: int = 2**62,
-             backend: str = "core") -> dict:
+             path: str = "core") -> dict:
     """One open-loop stream to completion (real requests only: pass unmasked arrays).
 
-    backend: 'core' (numba; `plain` runs its plain-Python form) or 'rounds' (the JAX
-    path, `rounds.py`, equal to the core).
+    path: 'core' (numba; `plain` runs its plain-Python form) or 'rounds' (the JAX path,
+    `rounds.py`, equal to the core): the values of the AEP policy option of that name.
     """
     arrival = stream_ticks(np, arrival_s).astype(np.int64)
     inp = np.asarray(input_len, np.int64).copy()
@@ -91,7 +90,7 @@ def run_open(cfg: AEPConfig, arrival_s, input_len, output_len, seed: int, decay:
     window_s = (t_last / 2, t_last) if window_s is None else window_s
     z = np.zeros(0, np.int64)
     res = _call(cfg, arrival, inp, outl, len(arrival), 0, 0, inp, outl, seed, decay, z, z,
-                window_s, len(arrival), max_events, plain, backend)
+                window_s, len(arrival), max_events, plain, path)
     res["input_len"] = inp
     return res
 
@@ -99,12 +98,12 @@ def run_open(cfg: AEPConfig, arrival_s, input_len, output_len, seed: int, decay:
 def run_closed(cfg: AEPConfig, concurrency: int, horizon_s: float, seed: int,
                decay: float = 0.5, *, workload=((50, 150), (50, 250)), spread: bool = True,
                rng_seed: int = 0, plain: bool = False, max_events: int = 2**62,
-               backend: str = "core") -> dict:
+               path: str = "core") -> dict:
     """N requests kept in the system for `horizon_s` (uniform lengths from `workload`).
 
     spread: start each request at a random block with random progress (a stationary-like
     state); else aligned (all at block 0, nothing emitted). Metrics over [horizon/2, horizon).
-    backend: as `run_open`.
+    path: as `run_open`.
     """
     n = int(concurrency)
     if n < 1:
@@ -128,7 +127,7 @@ def run_closed(cfg: AEPConfig, concurrency: int, horizon_s: float, seed: int,
     horizon = int(round(horizon_s / TICK_S))
     res = _call(cfg, arrival, inp.copy(), outl.copy(), n, n, horizon, inp, outl, seed, decay,
                 init_block, init_done, (horizon_s / 2, horizon_s), n, max_events, plain,
-                backend)
+                path)
     if res["exhausted"]:
         raise ConfigError(f"closed loop: more than {rmax} completions in {horizon_s} s; "
                           "shorten horizon_s")

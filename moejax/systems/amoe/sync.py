@@ -183,8 +183,9 @@ def expert_kernel_s(c: LayerCost, n):
     return jnp.where(n > 0, t, 0.0)
 
 
-def build(cfg: SyncConfig, num_steps: int = 1) -> System:
-    """Synchronous EP serving as an engine System over request streams (1 step = 1 iteration)."""
+def build(cfg: SyncConfig, num_steps: int = 2048) -> System:
+    """Synchronous EP serving as an engine System over request streams (1 step = 1
+    iteration); the engine runs segments of `num_steps` iterations until done."""
     r_, d_, nb, k_ = cfg.num_requests, cfg.num_devices, cfg.num_blocks, cfg.model.top_k
     e_ = cfg.model.num_experts
     big = jnp.int32(BIG_TICK)

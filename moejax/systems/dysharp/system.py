@@ -12,14 +12,13 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from moejax import relax
 from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
 from moejax.system import System
-from moejax.systems import ep
+from moejax.systems import ep, metrics
 from moejax.systems.dysharp import packet, schedule, traffic
 from moejax.systems.dysharp.config import (
     COMBINES,
@@ -235,37 +234,26 @@ SCALARS = ("latency_s", "comm_s", "gemm_s", "exposed_comm_s", "attention_s", "bl
 VECTORS = ("port_up_bytes", "port_down_bytes", "traffic_by_primitive_bytes", "expert_tokens")
 
 
-@struct.dataclass
-class DyState:
-    trace: Trace
-    sums: dict  # name -> running sum over iterations of the layer mean
-    iterations: jax.Array
-
-
 def build(cfg: DyConfig, num_iterations: int) -> System:
     """The layer model as an init / step / finish system over `num_iterations` iterations."""
     g = cfg.num_devices
+    # sums over iterations with tokens of each layer-mean metric
+    sums = {**dict.fromkeys(SCALARS, ()), "port_up_bytes": (g,), "port_down_bytes": (g,),
+            "expert_tokens": (g,), "traffic_by_primitive_bytes": (len(traffic.LOAD_KINDS),)}
 
     def init(params: DyParams, trace: Trace, key):
         del key
         ep.check_layers(params.placement, trace.counts.shape[-2])
-        sums = {k: jnp.float32(0.0) for k in SCALARS}
-        sums.update(port_up_bytes=jnp.zeros(g), port_down_bytes=jnp.zeros(g),
-                    expert_tokens=jnp.zeros(g),
-                    traffic_by_primitive_bytes=jnp.zeros(len(traffic.LOAD_KINDS)))
-        return DyState(trace, sums, jnp.float32(0.0))
+        return metrics.Running.zeros(sums)
 
-    def step(params: DyParams, state: DyState, t):
-        tr = state.trace
-        layers = layers_of(cfg, params, tr.expert_ids[t], tr.token_mask[t], tr.counts[t])
-        real = (tr.counts[t][0].sum() > 0).astype(jnp.float32)
-        sums = {k: state.sums[k] + real * layers[k].mean(0) for k in state.sums}
-        return state.replace(sums=sums, iterations=state.iterations + real), \
-            layers["latency_s"].mean()
+    def step(params: DyParams, run: metrics.Running, it: metrics.Iteration):
+        layers = layers_of(cfg, params, it.expert_ids, it.token_mask, it.counts)
+        run = run.add(metrics.real_iteration(it.counts[0].sum()),
+                      {k: layers[k].mean(0) for k in sums})
+        return run, layers["latency_s"].mean()
 
-    def finish(params: DyParams, state: DyState, outs):
-        n = jnp.maximum(state.iterations, 1.0)
-        out = {k: v / n for k, v in state.sums.items()}
+    def finish(params: DyParams, run: metrics.Running, outs):
+        out = run.means()
         m = cfg.model
         per_block = out["block_dualpipe_s"] if cfg.name == "dualpipe" else out["block_s"]
         forward = m.num_sparse_layers * per_block + m.num_dense_layers * out["attention_s"]
@@ -280,7 +268,7 @@ def build(cfg: DyConfig, num_iterations: int) -> System:
         return out
 
     return System(name=f"dysharp:{cfg.name}", init=init, step=step, finish=finish,
-                  num_steps=num_iterations)
+                  num_steps=num_iterations, inputs=metrics.inputs(num_iterations))
 
 
 # --- policy options ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """What `moejax tune --system dysharp` tunes (moejax extension; 004 tunes nothing, spec §6).
 
-Families (`moejax.tune.params`), each read by `system._layer` as a traced `DyParams` field:
+Families (`moejax.tunable`), each read by `system._layer` as a traced `DyParams` field:
 
 placement    expert -> GPU share matrix [E, G], at most E / G experts per GPU (a Sinkhorn
              plan while relaxed). Co-locating co-activated experts lowers R_n, the distinct
@@ -24,8 +24,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from moejax import tunable as fam
 from moejax.errors import ConfigError
-from moejax.tune import params as fam
+from moejax.system import TuneSetup
+from moejax.systems.dysharp import system
 
 PARAMS = ("placement", "comm_sms", "tile_tokens", "chunks")
 # knob ranges: SMs up to half of an H100's 132 (COMET / DeepEP use 20-24); tiles 16..256
@@ -40,12 +42,9 @@ CHUNKS_GRID = (1, 2, 4, 8, 16)
 
 
 def setup(platform, model, policy, num_iterations, names, capacity=0, num_layers=0):
-    """The `moejax.tune.targets.Setup` of a DySHARP-family policy (any of its 12).
+    """The `moejax.system.TuneSetup` of a DySHARP-family policy (any of its 12).
     `num_layers` > 0: one placement per trace layer (`--per-layer`; the switch's
     OutPort = ID / epg rule then needs a relabelling of expert ids per layer)."""
-    from moejax.systems.dysharp import system
-    from moejax.tune.targets import Setup
-
     sys_, base = system.from_policy(platform, model, policy.options_table(), num_iterations)
     opts, _, _ = system._read_options(policy.options_table())
     cfg = system.make_config(platform, model, **opts)
@@ -106,5 +105,5 @@ def setup(platform, model, policy, num_iterations, names, capacity=0, num_layers
             out["chunks"] = [int(hard["chunks"])]
         return out
 
-    return Setup(sys_, base, families, apply, {k: defaults[k] for k in names}, baselines,
+    return TuneSetup(sys_, base, families, apply, {k: defaults[k] for k in names}, baselines,
                  options, layer_loads=bool(num_layers))

@@ -18,6 +18,7 @@ from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
 from moejax.physics import topology
 from moejax.physics.gemm import GemmProfile
+from moejax.systems.epsmoe.assignment import check_assignment
 
 MODES = ("tp-tp", "dp-ep", "tp-ep")  # 003 §4.2: attention mode + MoE mode
 KERNELS = ("group", "dense", "threshold", "adaptive")  # 003 §3.2, §4.4 load-aware switch
@@ -200,8 +201,6 @@ def make_config(platform: Platform, model: ModelSpec, **kw) -> EPSConfig:
     if sm_comm < 1:
         raise ConfigError(f"sm_comm = {sm_comm}; allowed: >= 1")
     if kw.get("chunk_assignment"):
-        from moejax.systems.epsmoe.assignment import check_assignment
-
         if mode == "tp-tp":
             raise ConfigError("chunk_assignment: allowed only for modes dp-ep, tp-ep "
                               "(tp-tp has no expert pipeline)")

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.system import System
+from moejax.systems import metrics
 from moejax.systems.epsmoe import relaxed
 from moejax.systems.epsmoe.config import (
     DEFAULT_ALPHA_S,
@@ -40,15 +40,6 @@ from moejax.trace import Trace
 
 SUMMED = ("block_s", "attention_s", "moe_s", "comm_s", "compute_s", "exposed_comm_s",
           "bytes_per_device", "dense_fraction", "a2a_s", "gemm_s")
-
-
-@struct.dataclass
-class EPSState:
-    trace: Trace
-    sums: dict  # SUMMED metric -> float32 sum over iterations of the mean block
-    forward_s: jax.Array
-    tokens: jax.Array
-    iterations: jax.Array
 
 
 def scale_of(params: EPSParams, token_mask):
@@ -79,26 +70,27 @@ def forward(cfg: EPSConfig, params: EPSParams, expert_ids, token_mask):
 def build(cfg: EPSConfig, num_iterations: int = 1) -> System:
     """EPS-MoE / baseline as an init / step / finish system."""
 
+    # sums over iterations with tokens: each SUMMED metric of the mean block, the forward,
+    # the real tokens
+    sums = {**dict.fromkeys(SUMMED, ()), "forward_s": (), "tokens": ()}
+
     def init(params, trace: Trace, key):
         del key
-        z = jnp.float32(0.0)
-        return EPSState(trace, {k: z for k in SUMMED}, z, z, z)
+        return metrics.Running.zeros(sums)
 
-    def step(params: EPSParams, state: EPSState, t):
-        tr = state.trace
-        layers, fwd, n_real = forward(cfg, params, tr.expert_ids[t], tr.token_mask[t])
-        real = (n_real > 0).astype(jnp.float32)
-        sums = {k: state.sums[k] + real * layers[k].mean() for k in SUMMED}
-        return state.replace(sums=sums, forward_s=state.forward_s + real * fwd,
-                             tokens=state.tokens + real * n_real,
-                             iterations=state.iterations + real), layers["block_s"].mean()
+    def step(params: EPSParams, run: metrics.Running, it: metrics.Iteration):
+        layers, fwd, n_real = forward(cfg, params, it.expert_ids, it.token_mask)
+        values = {k: layers[k].mean() for k in SUMMED}
+        run = run.add(metrics.real_iteration(n_real),
+                      {**values, "forward_s": fwd, "tokens": n_real})
+        return run, layers["block_s"].mean()
 
-    def finish(params, state: EPSState, outs):
-        n = jnp.maximum(state.iterations, 1.0)
-        out = {("latency_s" if k == "block_s" else k): v / n for k, v in state.sums.items()}
-        out["ttft_s"] = state.forward_s / n
-        out["forward_s"] = state.forward_s / n
-        out["tokens_per_s"] = state.tokens / jnp.maximum(state.forward_s, 1e-30)
+    def finish(params, run: metrics.Running, outs):
+        mean = run.means()
+        out = {("latency_s" if k == "block_s" else k): mean[k] for k in SUMMED}
+        out["ttft_s"] = mean["forward_s"]
+        out["forward_s"] = mean["forward_s"]
+        out["tokens_per_s"] = run.sums["tokens"] / jnp.maximum(run.sums["forward_s"], 1e-30)
         out["pn"] = params.pn
         if "pn" in cfg.relaxed:  # the tuning system reads pn from its divisor index
             divs = jnp.asarray(divisors(cfg.local_experts), jnp.float32)
@@ -110,7 +102,7 @@ def build(cfg: EPSConfig, num_iterations: int = 1) -> System:
         return out
 
     return System(name=f"epsmoe-{cfg.mode}", init=init, step=step, finish=finish,
-                  num_steps=num_iterations)
+                  num_steps=num_iterations, inputs=metrics.inputs(num_iterations))
 
 
 # --- policy options ------------------------------------------------------------------------
@@ -149,7 +141,6 @@ def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
     local expert count not above the policy's pn (so one policy runs on every model)."""
     opts, switch, auto_pn = _read_options(t)
     if auto_pn:
-        from moejax.systems.epsmoe.config import divisors
         e_loc = max(model.num_experts // platform.num_devices, 1)
         opts["pn"] = max(x for x in divisors(e_loc) if x <= max(opts["pn"], 1))
     cfg = make_config(platform, model, **opts)

@@ -1,7 +1,7 @@
 """`moejax tune --system epsmoe`: the pipeline degree, the GEMM switch threshold and the SM
 split of EPS-MoE (003) by gradient, against the paper's heuristics.
 
-Families (`moejax.tune.params`):
+Families (`moejax.tunable`):
 - `pn`: `DivisorKnob`, the pipeline degree N over the divisors of the local expert count
   (A3); raw -> a fractional index among the divisors (`relaxed.block` interpolates between
   neighbouring divisors); hard = the divisor.
@@ -31,9 +31,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from moejax import tunable as fam
 from moejax.errors import ConfigError
-from moejax.runner import engine
-from moejax.tune import params as fam
+from moejax.system import TuneSetup
+from moejax.systems.epsmoe import assignment, relaxed
+from moejax.systems.epsmoe import system as esys
+from moejax.systems.epsmoe.config import divisors, make_config
+from moejax.systems.epsmoe.layer import heuristic_pn
+from moejax.trace.popularity import sample_from_popularity
 
 SWITCH_RANGE = (128.0, 32768.0)  # rows per expert: Fig. 5 spans 128 .. 16384 (log box)
 SM_COMM_RANGE = (4, 48)  # comm SMs: Fig. 7b saturates at 10-20 of 108 (A100)
@@ -113,36 +118,27 @@ class ChunkAssignment:
 
 def heuristic_trace(load_e, top_k: int, tokens: int = HEURISTIC_TOKENS, seed: int = 11):
     """One token-level trace [1, 1, 1, N, K] routed by the popularity load_e (Gumbel-top-k,
-    `moejax.tune.traces`): what the heuristic sees of the training traces."""
-    from moejax.tune.traces import sample_from_popularity
-
+    `moejax.trace.popularity`): what the heuristic sees of the training traces."""
     pop = np.asarray(load_e, np.float64)
     pop = np.maximum(pop / max(pop.sum(), 1e-30), 1e-9)[None, None, :]
     return sample_from_popularity(pop, jax.random.key(seed), num_traces=1, tokens=tokens,
                                   top_k=top_k)
 
 
-def paper_pn(cfg, base, traces) -> int:
+def paper_pn(cfg, base, traces, simulate) -> int:
     """E12's N* = sqrt(C / k) (best divisor, `layer.heuristic_pn`): C = min(T_comm, T_comp)
     of the unpipelined block (pn = 1, the hard system of `cfg`) on `traces`, k = the
-    model's per-chunk overhead."""
-    from moejax.systems.epsmoe import system as esys
-    from moejax.systems.epsmoe.layer import heuristic_pn
-
+    model's per-chunk overhead. simulate: the runner's `engine.simulate`."""
     hard = esys.build(dataclasses.replace(cfg, relaxed=()))
     p = base.replace(pn=jnp.float32(1.0), pn_index=jnp.float32(0.0), tau=jnp.float32(0.0))
-    out = engine.simulate(hard, p, traces, progress=False)
+    out = simulate(hard, p, traces, progress=False)
     c = min(float(np.mean(out["a2a_s"])), float(np.mean(out["gemm_s"])))
     return heuristic_pn(c, max(cfg.chunk_overhead_s, 1e-12), cfg.local_experts)[1]
 
 
-def setup(platform, model, policy, num_iterations, names, capacity=0):
-    """The `moejax.tune.targets.Setup` of an EPS-MoE policy (see module)."""
-    from moejax.systems.epsmoe import assignment, relaxed
-    from moejax.systems.epsmoe import system as esys
-    from moejax.systems.epsmoe.config import divisors, make_config
-    from moejax.tune.targets import Setup
-
+def setup(platform, model, policy, num_iterations, names, capacity=0, *, simulate):
+    """The `moejax.system.TuneSetup` of an EPS-MoE policy (see module); simulate: the
+    runner's `engine.simulate`, for the paper's pipeline-degree heuristic."""
     del capacity
     relaxed.check(names)
     opts, switch, auto_pn = esys._read_options(policy.options_table())
@@ -191,7 +187,7 @@ def setup(platform, model, policy, num_iterations, names, capacity=0):
         key = tuple(np.round(np.asarray(load_e, np.float64), 6))
         if key not in heur:  # one hard run per training popularity
             tr = heuristic_trace(load_e, model.top_k)
-            heur[key] = paper_pn(cfg, base, tr)
+            heur[key] = paper_pn(cfg, base, tr, simulate)
         paper = {"pn": heur[key], "switch_rows": PAPER_SWITCH, "sm_comm": PAPER_SM_COMM,
                  "assignment": ident}
         out = {f"paper (N*={paper['pn']}, 2048 rows, 16 comm SMs)": paper,
@@ -224,5 +220,5 @@ def setup(platform, model, policy, num_iterations, names, capacity=0):
                 out["sm_gemm"] = cfg.sm_total - int(hard["sm_comm"])
         return out
 
-    return Setup(system, base, families, apply, {k: defaults[k] for k in names}, baselines,
+    return TuneSetup(system, base, families, apply, {k: defaults[k] for k in names}, baselines,
                  options)

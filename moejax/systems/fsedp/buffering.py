@@ -10,7 +10,7 @@ next iteration with its activations and gating unchanged. With `cfg.refill` (def
 freed slot is refilled: the iteration also runs a fresh pass in that slot from layer 0 (a
 queued request takes it, so tokens per iteration stay constant, and the resumed tokens batch
 with the fresh ones on the cold experts, §V-A); a slot holds one paused pass, so a request
-resuming one does not defer again in that iteration. Without refill (before issue 14) the
+resuming one does not defer again in that iteration. Without refill (the earlier reading) the
 request's new tokens wait until its paused pass is complete.
 
 Relaxed mode (moejax.tune): theta_min and slack may come from `FSEDPParams` (traced) and,

@@ -95,10 +95,10 @@ class FSEDPConfig:
     # Shared experts (DeepSeek-MoE's 2): "stream" = streamed like any expert, as units of one
     # routed expert's size that every token visits (000 §IV: FSE-DP streams every expert;
     # the paper names no special path for shared ones); "omit" = left out of the MoE layer
-    # (moejax before issue 14).
+    # (the earlier reading).
     shared: str = "stream"
     # Algorithm 2: a deferred request's slot runs a fresh pass in the next iteration too
-    # (`buffering` module docstring); False = its new tokens wait (before issue 14).
+    # (`buffering` module docstring); False = its new tokens wait (the earlier reading).
     refill: bool = True
 
     @property

@@ -17,7 +17,7 @@ from flax import struct
 from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.system import System
-from moejax.systems import ep
+from moejax.systems import ep, metrics
 from moejax.trace import Trace
 
 
@@ -56,20 +56,17 @@ def ep_memory_bytes(cfg: ep.EPConfig, placement, expert_ids, token_mask, counts)
 
 @struct.dataclass
 class EPMemState:
-    trace: Trace
     placement: jax.Array  # [L, E, D]
-    layer_latency_s: jax.Array
-    forward_s: jax.Array
-    device_compute_s: jax.Array  # [D]
-    peak_weight_bytes: jax.Array  # [D]
-    peak_token_bytes: jax.Array  # [D]
-    iterations: jax.Array
+    run: metrics.Running
+    tokens: jax.Array  # real tokens over every iteration of the trace
 
 
 def build(cfg: ep.EPConfig, num_iterations: int, relocate: bool) -> System:
     """EP (relocate=False, contiguous placement) or Hydra (relocate=True) with memory."""
     d = cfg.num_devices
     base = ep.default_params(cfg)
+    sums = {"layer_latency_s": (), "forward_s": (), "device_compute_s": (d,)}
+    peaks = {"peak_weight_bytes": (d,), "peak_token_bytes": (d,)}
 
     def init(params, trace: Trace, key):
         del key
@@ -79,12 +76,11 @@ def build(cfg: ep.EPConfig, num_iterations: int, relocate: bool) -> System:
             place = jax.vmap(lambda p: popularity_placement(p, d))(pop)
         else:
             place = jnp.broadcast_to(base.placement, (n_l, *base.placement.shape))
-        z = jnp.float32(0.0)
-        return EPMemState(trace, place, z, z, jnp.zeros(d), jnp.zeros(d), jnp.zeros(d), z)
+        return EPMemState(place, metrics.Running.zeros(sums, peaks=peaks),
+                          trace.tokens_per_iteration().sum())
 
-    def step(params, state: EPMemState, t):
-        tr = state.trace
-        ids, mask, counts = tr.expert_ids[t], tr.token_mask[t], tr.counts[t]
+    def step(params, state: EPMemState, it: metrics.Iteration):
+        ids, mask, counts = it.expert_ids, it.token_mask, it.counts
 
         def one(pl, i, c):
             out = ep.moe_layer(cfg, ep.EPParams(placement=pl, tau=params.tau), i, mask, c)
@@ -97,37 +93,31 @@ def build(cfg: ep.EPConfig, num_iterations: int, relocate: bool) -> System:
         att, _ = ep.attention_time_s(cfg, n_tokens, 0.0)
         dense = ep.dense_ffn_time_s(cfg, n_tokens, 0.0)
         lat = layers["latency_s"].mean()
-        real = (n_tokens > 0).astype(jnp.float32)
-        new = state.replace(
-            layer_latency_s=state.layer_latency_s + real * lat,
-            forward_s=state.forward_s + real * (lat * m.num_sparse_layers + m.num_layers * att
-                                                + m.num_dense_layers * dense),
-            device_compute_s=state.device_compute_s
-            + real * layers["device_compute_s"].mean(0),
-            peak_weight_bytes=jnp.maximum(state.peak_weight_bytes, w.max(0)),
-            peak_token_bytes=jnp.maximum(state.peak_token_bytes, tk.max(0)),
-            iterations=state.iterations + real,
-        )
-        return new, lat
+        run = state.run.add(metrics.real_iteration(n_tokens), {
+            "layer_latency_s": lat,
+            "forward_s": (lat * m.num_sparse_layers + m.num_layers * att
+                          + m.num_dense_layers * dense),
+            "device_compute_s": layers["device_compute_s"].mean(0),
+        }, peaks={"peak_weight_bytes": w.max(0), "peak_token_bytes": tk.max(0)})
+        return state.replace(run=run), lat
 
     def finish(params, state: EPMemState, outs):
-        n = jnp.maximum(state.iterations, 1.0)
-        util = state.device_compute_s / jnp.maximum(state.layer_latency_s, 1e-30)
+        s, peak, mean = state.run.sums, state.run.peaks, state.run.means()
+        util = metrics.share_of(s["device_compute_s"], jnp.maximum(s["layer_latency_s"], 1e-30))
         return {
-            "latency_s": state.layer_latency_s / n,
-            "forward_s": state.forward_s / n,
+            "latency_s": mean["layer_latency_s"],
+            "forward_s": mean["forward_s"],
             "utilization": util,
             "utilization_mean": util.mean(),
-            "peak_weight_bytes": state.peak_weight_bytes,
-            "peak_token_bytes": state.peak_token_bytes,
-            "onchip_bytes": (state.peak_weight_bytes + state.peak_token_bytes).sum(),
-            "tokens_per_s": (state.trace.tokens_per_iteration().sum()
-                             / jnp.maximum(state.forward_s, 1e-30)),
+            "peak_weight_bytes": peak["peak_weight_bytes"],
+            "peak_token_bytes": peak["peak_token_bytes"],
+            "onchip_bytes": (peak["peak_weight_bytes"] + peak["peak_token_bytes"]).sum(),
+            "tokens_per_s": state.tokens / jnp.maximum(s["forward_s"], 1e-30),
             "layer_latency_per_iter_s": outs,
         }
 
     return System(name="hydra" if relocate else "ep-mem", init=init, step=step, finish=finish,
-                  num_steps=num_iterations)
+                  num_steps=num_iterations, inputs=metrics.inputs(num_iterations))
 
 
 def _read_options(t):

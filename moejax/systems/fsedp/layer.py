@@ -175,11 +175,6 @@ def d2d_flows(cfg: FSEDPConfig, member, w):
     return flows
 
 
-def d2d_resources(cfg: FSEDPConfig) -> int:
-    """Number of D2D resources: one per die (sender, die) or per directed link (link)."""
-    return cfg.topo.num_links if cfg.d2d == "link" else cfg.num_devices
-
-
 def out_links(cfg: FSEDPConfig) -> np.ndarray:
     """[D, Lk] 0/1: directed link l leaves die d (link accounting's per-die D2D view)."""
     inc = cfg.topo.incidence()
@@ -242,7 +237,7 @@ def pipeline_tail(drain, fill, stage):
     A pipeline of M micro-slices takes the sum of one micro-slice's stages plus (M - 1) x
     its longest stage. The fluid stream already lasts M x its bottleneck, so the tail is
     the stages of one micro-slice (fill + D2D chain + compute = `fill + drain`) less the
-    longest of them. Before issue 14 the fill was added in full after a DDR-bound stream,
+    longest of them. In the earlier reading the fill was added in full after a DDR-bound stream,
     which counted the first micro-slice's load twice; more control overhead then made a
     layer faster (the stream turned compute-bound, freed DDR bandwidth pre-loaded the next
     expert's first micro-slice, and the double-counted fill vanished).

@@ -14,9 +14,8 @@ from flax import struct
 from moejax import relax
 from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
-from moejax.errors import ConfigError
 from moejax.system import System
-from moejax.systems import ep
+from moejax.systems import ep, metrics
 from moejax.systems.fsedp import buffering
 from moejax.systems.fsedp.config import (
     ABLATIONS,
@@ -42,20 +41,10 @@ from moejax.trace import Trace
 
 @struct.dataclass
 class FSEDPState:
-    """Accumulators over iterations (float32 unless noted)."""
+    """Token buffering's carry (Algorithm 2) and the metrics over iterations."""
 
-    trace: Trace
     buf: buffering.BufferState
-    layer_latency_s: jax.Array  # sum over iterations of the mean MoE-layer latency
-    forward_s: jax.Array
-    busy_s: jax.Array  # [D, 3] busy time per die (compute, DDR, D2D), per mean layer
-    flop_s: jax.Array  # [D] expert FLOPs / peak per die, per mean layer (no control overhead)
-    peak_weight_bytes: jax.Array  # [D]
-    peak_token_bytes: jax.Array  # [D]
-    tokens_done: jax.Array
-    deferrals: jax.Array
-    iterations: jax.Array
-    unfinished: jax.Array  # layers whose event loop ran out of steps (should stay 0)
+    run: metrics.Running
 
 
 def attention_config(cfg: FSEDPConfig) -> ep.EPConfig:
@@ -81,19 +70,26 @@ def build(cfg: FSEDPConfig, num_iterations: int, num_layers: int | None = None) 
     mod = cfg.model
     flop_per_tok_s = mod.expert_flops_per_token / cfg.peak_flops
 
+    # sums over iterations with tokens: busy_s [D, 3] busy time per die (compute, DDR, D2D)
+    # per mean layer; flop_s [D] expert FLOPs / peak per die per mean layer (no control
+    # overhead). Totals: deferrals, and layers whose event loop ran out of steps (should
+    # stay 0). Peaks: on-chip bytes per die.
+    sums = {"layer_latency_s": (), "forward_s": (), "busy_s": (d, 3), "flop_s": (d,),
+            "tokens_done": ()}
+    totals = {"deferrals": (), "unfinished": ()}
+    peaks = {"peak_weight_bytes": (d,), "peak_token_bytes": (d,)}
+
     def init(params: FSEDPParams, trace: Trace, key):
         del key
-        z = jnp.float32(0.0)
         n_l = trace.counts.shape[-2]
-        return FSEDPState(trace, buffering.init_state(cfg, n_l), z, z, jnp.zeros((d, 3)),
-                          jnp.zeros(d), jnp.zeros(d), jnp.zeros(d), z, z, z, z)
+        return FSEDPState(buffering.init_state(cfg, n_l),
+                          metrics.Running.zeros(sums, totals, peaks))
 
-    def step(params: FSEDPParams, state: FSEDPState, t):
-        tr = state.trace
+    def step(params: FSEDPParams, state: FSEDPState, it: metrics.Iteration):
         m = jnp.maximum(relax.round(params.num_microslices, params.tau), 1.0)
-        ids, mask, counts = tr.expert_ids[t], tr.token_mask[t], tr.counts[t]
+        ids, mask, counts = it.expert_ids, it.token_mask, it.counts
         n_tokens = counts[0].sum() / mod.top_k
-        if cfg.token_buffering and tr.has_tokens:
+        if cfg.token_buffering and ids.shape[-2] > 0:
             tok_r, size_r = buffering.tokens_per_request(cfg, ids, mask)
             tok_l, done_tok, deferred, buf = buffering.plan_iteration(
                 cfg, state.buf, tok_r, size_r, True, params)
@@ -111,47 +107,47 @@ def build(cfg: FSEDPConfig, num_iterations: int, num_layers: int | None = None) 
         lat = layers["latency_s"]
         forward = (lat.mean() * mod.num_sparse_layers + mod.num_layers * att
                    + mod.num_dense_layers * dense)
-        real = (n_tokens > 0).astype(jnp.float32)
-        new = state.replace(
-            buf=buf,
-            layer_latency_s=state.layer_latency_s + real * lat.mean(),
-            forward_s=state.forward_s + real * forward,
-            busy_s=state.busy_s + real * layers["busy_s"].mean(0),
-            flop_s=state.flop_s + real * flop_per_tok_s * (
+        run = state.run.add(metrics.real_iteration(n_tokens), {
+            "layer_latency_s": lat.mean(),
+            "forward_s": forward,
+            "busy_s": layers["busy_s"].mean(0),
+            "flop_s": flop_per_tok_s * (
                 jnp.broadcast_to(tok_l.sum((-1, -2)).mean() / d, (d,)) if cfg.naive  # A1: even
                 else tok_l.sum(-1).mean(0)),
-            peak_weight_bytes=jnp.maximum(state.peak_weight_bytes,
-                                          layers["peak_weight_bytes"].max(0)),
-            peak_token_bytes=jnp.maximum(state.peak_token_bytes,
-                                         token_bytes_per_die(cfg, mask, n_tokens)),
-            tokens_done=state.tokens_done + real * done_tok,
-            deferrals=state.deferrals + deferred,
-            iterations=state.iterations + real,
-            unfinished=state.unfinished + (~layers["finished"]).sum(),
-        )
-        return new, lat.mean()
+            "tokens_done": done_tok,
+        }, totals={
+            "deferrals": deferred,
+            "unfinished": (~layers["finished"]).sum().astype(jnp.float32),
+        }, peaks={
+            "peak_weight_bytes": layers["peak_weight_bytes"].max(0),
+            "peak_token_bytes": token_bytes_per_die(cfg, mask, n_tokens),
+        })
+        return state.replace(buf=buf, run=run), lat.mean()
 
     def finish(params: FSEDPParams, state: FSEDPState, outs):
-        n = jnp.maximum(state.iterations, 1.0)
-        lat = jnp.maximum(state.layer_latency_s, 1e-30)
-        util = state.busy_s / lat  # [D, 3], compute including the per-micro-slice overhead
-        pe = state.flop_s / lat  # [D] PE-array utilization: expert FLOPs only, as EP's
+        s, peak = state.run.sums, state.run.peaks
+        lat = jnp.maximum(s["layer_latency_s"], 1e-30)
+        # [D, 3], compute including the per-micro-slice overhead
+        util = metrics.share_of(s["busy_s"], lat)
+        pe = metrics.share_of(s["flop_s"], lat)  # [D] PE-array use: expert FLOPs only, as EP's
+        mean = state.run.means()
         return {
-            "latency_s": state.layer_latency_s / n,
-            "forward_s": state.forward_s / n,
+            "latency_s": mean["layer_latency_s"],
+            "forward_s": mean["forward_s"],
             "utilization": pe,
             "utilization_mean": pe.mean(),
             "utilization_split": util,
-            "peak_weight_bytes": state.peak_weight_bytes,
-            "peak_token_bytes": state.peak_token_bytes,
-            "onchip_bytes": (state.peak_weight_bytes + state.peak_token_bytes).sum(),
-            "tokens_per_s": state.tokens_done / jnp.maximum(state.forward_s, 1e-30),
-            "deferrals": state.deferrals,
-            "unfinished_layers": state.unfinished,
+            "peak_weight_bytes": peak["peak_weight_bytes"],
+            "peak_token_bytes": peak["peak_token_bytes"],
+            "onchip_bytes": (peak["peak_weight_bytes"] + peak["peak_token_bytes"]).sum(),
+            "tokens_per_s": s["tokens_done"] / jnp.maximum(s["forward_s"], 1e-30),
+            "deferrals": state.run.totals["deferrals"],
+            "unfinished_layers": state.run.totals["unfinished"],
             "layer_latency_per_iter_s": outs,
         }
 
-    return System(name="fsedp", init=init, step=step, finish=finish, num_steps=num_iterations)
+    return System(name="fsedp", init=init, step=step, finish=finish, num_steps=num_iterations,
+                  inputs=metrics.inputs(num_iterations))
 
 
 # --- policy options ------------------------------------------------------------------------
@@ -191,10 +187,3 @@ def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
         m = max(m, float(min_microslices(cfg)))
     check_microslices(cfg, m)
     return build(cfg, num_iterations), FSEDPParams(num_microslices=jnp.float32(m))
-
-
-def config_for(platform: Platform, model: ModelSpec, ablation: str, **kw) -> FSEDPConfig:
-    """Shortcut used by the study: `make_config` with one of A1-A5."""
-    if ablation not in ABLATIONS:
-        raise ConfigError(f"ablation = {ablation!r}; allowed: {', '.join(ABLATIONS)}")
-    return make_config(platform, model, ablation=ablation, **kw)

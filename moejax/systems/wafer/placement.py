@@ -4,8 +4,8 @@ The wafer system (`moejax.systems.wafer.system`) places each expert natively on 
 (`WaferParams.placement [E, D]`, one-hot) and replicas in shadow slots (`WaferParams.shadow`,
 0/1, `WaferConfig.shadow_slots` per device), and splits an expert's tokens evenly over its
 hosts, which is EPLB's even split. This builds those params from an `[E, D]` share matrix
-through the wafer's public `default_params`, without touching the wafer module: the native
-device of an expert is its first host (lowest device id), the other hosts are shadows.
+through the wafer's `config.default_params`: the native device of an expert is its first
+host (lowest device id), the other hosts are shadows.
 One plan serves every layer (the wafer's native placement is per expert, not per layer):
 plan EPLB on the layer-summed loads.
 """
@@ -16,14 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from moejax.errors import ConfigError
+from moejax.systems.wafer.config import default_params
 
 
 def wafer_params(cfg, shares, **default_kw):
     """`WaferParams` of a wafer `cfg` whose native placement and shadows are the hosts of
     shares [E, D]; ConfigError if a device would need more shadow slots than the config
     has."""
-    from moejax.systems.wafer import system as wafer
-
     hosts = np.asarray(shares) > 0
     e, d = hosts.shape
     if (e, d) != (cfg.model.num_experts, cfg.num_devices):
@@ -37,5 +36,5 @@ def wafer_params(cfg, shares, **default_kw):
         raise ConfigError(f"wafer placement: a device holds {need} replicas besides its "
                           f"native experts; the config has shadow_slots = {cfg.shadow_slots} "
                           f"(allowed: >= {need})")
-    base = wafer.default_params(cfg, **default_kw)
+    base = default_params(cfg, **default_kw)
     return base.replace(placement=jnp.asarray(native), shadow=jnp.asarray(shadow))

@@ -1,6 +1,6 @@
 """Plain-Python reference of one wafer EP layer (001 §III-B, §IV, §V-A), for tests.
 
-Same rules as `system.layer` in hard mode, written as loops over tokens, routes and ring
+Same rules as `layer.layer` in hard mode, written as loops over tokens, routes and ring
 steps (mesh platforms only): each (token, expert) pair is fetched from the token's TP-group
 member inside the destination's FTD (all-gather kept), else from the nearest holder (ties
 split evenly), routes are walked link by link in XY order, a phase lasts

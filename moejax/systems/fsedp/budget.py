@@ -11,7 +11,7 @@ sources named beside it and fixed before any tuning result; override any of them
 `ChipletBudget.parse("name=value,...")` (`moejax tune --budget`). The ceil of Eq. (1) is
 relaxed as a staircase of `relax.step` (exact at tau = 0). `BudgetConstraint` turns the budget
 into the tuning loop's penalty, feasibility projection and report for the FSE-DP knobs
-`weight_buffer_bytes`, `ddr_Bps` and `link_Bps` (`FSEDPParams`, moejax.tune.targets).
+`weight_buffer_bytes`, `ddr_Bps` and `link_Bps` (`FSEDPParams`, `moejax.systems.fsedp.tuning`).
 """
 
 from __future__ import annotations
@@ -195,30 +195,3 @@ class BudgetConstraint:
                 "ucie_modules": int(self.budget.ucie_modules(link)),
                 "feasible": self.feasible(hard), "weight_buffer_MiB": float(buf) / MiB,
                 "ddr_GBps": float(ddr) / 1e9, "link_GBps": float(link) / 1e9}
-
-
-def platform_toml(platform, ddr_Bps: float | None, link_Bps: float | None, header: str) -> str:
-    """TOML text of `platform` (its catalog file) with the die's DDR bandwidth and the D2D
-    link bandwidth replaced (None: kept): the tuned hardware, for `moejax simulate
-    --hardware`. The text is a function of its arguments only."""
-    from pathlib import Path
-
-    from moejax.catalog.schema import read_toml
-    from moejax.tune.export import _toml_value
-
-    data = read_toml(Path(platform.path))
-    if ddr_Bps is not None:
-        data["device"]["memory_Bps"] = float(ddr_Bps)
-    if link_Bps is not None:
-        data["topology"]["link_Bps"] = float(link_Bps)
-    data["source"] = f"moejax tune (000 §VI-D Eq. (1)-(2)); base: {data.get('source', '')}"
-
-    def table(d, prefix):
-        lines = [f"{k} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict)]
-        for k, v in d.items():
-            if isinstance(v, dict):
-                name = f"{prefix}.{k}" if prefix else k
-                lines += ["", f"[{name}]"] + table(v, name)
-        return lines
-
-    return "\n".join([f"# {line}" for line in header.splitlines()] + table(data, "")) + "\n"

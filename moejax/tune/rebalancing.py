@@ -4,7 +4,7 @@ a hard-mode grid, and gradient descent on the Gaussian-smoothed objective.
 Both knobs act through integer comparisons (the system floors R and rounds W), so the
 iteration time with migration stalls, f(R, W), is piecewise constant: its relaxation is
 Gaussian smoothing, as for AEP's decay (`moejax.tune.smoothed`, which this follows):
-F_sigma(x) = E f(x + sigma * range * eps), x = (R, W) inside their boxes (`params
+F_sigma(x) = E f(x + sigma * range * eps), x = (R, W) inside their boxes (`tunable
 .SmoothedKnob`), estimated by antithetic pairs with common random numbers (every
 evaluation runs the same traces), sigma annealed like `tune.loop.tau_at`, the raw knobs
 updated by the same optax chain (`loop.make_optimizer`). Every evaluation batch is one
@@ -23,7 +23,7 @@ import optax
 
 from moejax.errors import ConfigError
 from moejax.runner import engine
-from moejax.tune.params import SmoothedKnob
+from moejax.tunable import SmoothedKnob
 
 
 def objective_ms(system, base, traces, values) -> np.ndarray:

@@ -33,6 +33,7 @@ import numpy as np
 
 from moejax import relax
 from moejax.errors import ConfigError
+from moejax.placement.slots import check_capacity
 
 # --- expert placement --------------------------------------------------------------------
 
@@ -328,8 +329,6 @@ class ReplicaPlacement:
 
     def check(self, shares) -> None:
         """ConfigError unless shares [(L,) E, D] conserve tokens and fit the slots."""
-        from moejax.placement.slots import check_capacity
-
         p = np.asarray(shares)
         if p.shape != (*self.lead, self.num_experts, self.num_devices):
             raise ConfigError(f"replicas: expected shares of shape "

@@ -1,0 +1,52 @@
+"""Argument types and defaults shared by the subcommands' parsers."""
+
+from __future__ import annotations
+
+import argparse
+
+from moejax.runner import distributed
+
+DEFAULT_GEN = "powerlaw:alpha=1.2"
+
+
+class DefaultInt(int):
+    """An option's default value, told apart from the same value given on the command line
+    (`simulate --trace` refuses --tokens / --traces / --iterations given explicitly)."""
+
+
+def positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{s!r} must be >= 1")
+    return v
+
+
+def int_list(s: str) -> list[int]:
+    """Comma-separated integers >= 1 (e.g. batch sizes)."""
+    try:
+        out = [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r}: comma-separated integers expected") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"{s!r}: integers >= 1 expected")
+    return out
+
+
+def add_distributed_arguments(parser) -> None:
+    """The multi-process flags, on a subcommand's parser (simulate, reproduce, tune, sweep)."""
+    g = parser.add_argument_group("multi-process (jax.distributed; see docs/scaling.md)")
+    g.add_argument("--coordinator", default=None,
+                   help="HOST:PORT of process 0 (default $JAX_COORDINATOR_ADDRESS)")
+    g.add_argument("--num-processes", type=int, default=None,
+                   help="processes in the run (default $JAX_NUM_PROCESSES)")
+    g.add_argument("--process-id", type=int, default=None,
+                   help="this process's rank, 0..N-1 (default $JAX_PROCESS_ID)")
+    g.add_argument("--distributed", action="store_true",
+                   help="join a run whose layout jax detects (SLURM, Open MPI) when no "
+                        "coordinator is given")
+    g.add_argument("--distributed-timeout", type=int, default=distributed.DEFAULT_TIMEOUT_S,
+                   help=f"seconds to wait for the coordinator and peers "
+                        f"(default {distributed.DEFAULT_TIMEOUT_S})")
