@@ -18,8 +18,8 @@ so the port is a reading, `ports`:
   through the direction of its first XY hop and enters through that of its last. Four ports
   per die at `link_Bps` each is the 001 §VI-A "8 TB/s bidirectional per die" read as
   4 x 1 TB/s per direction.
-- "device": one port per die (every transfer of a die serialized; the review's reading,
-  `reviews/fsedp-moentwine.md` Appendix B).
+- "device": one port per die (every transfer of a die serialized; a stricter reading of
+  001 Eq. 1).
 Intermediate routers are not a contention point in Eq. 1 (only the endpoints serialize);
 `moejax.physics.collectives` is the cut-through link-load model, kept as the robustness check.
 Mesh topologies only (Eq. 1 is 001's mesh model); other kinds have no hop structure here.

@@ -1,7 +1,8 @@
-"""Algorithm 1's lookahead K and decay delta tuned at the paper's operating point (issue 15 part 4).
+"""Algorithm 1's lookahead K and decay delta tuned at the paper's operating
+point (docs/reproduction/amoe.md).
 
 002 §3.4 prints a "simplified" defragging scheduler and gives neither K nor delta. The shipped
-tuned policy had been tuned on 2 streams x 16 requests, a regime with no queues (review #10).
+tuned policy had been tuned on 2 streams x 16 requests, a regime with no queues.
 Here both knobs are tuned where the paper compares its schedulers (§5.3, Fig. 11): Mixtral
 8x7B top-1, medium workload, open-loop Poisson arrivals at 250 req/s ("at 80% throughput"),
 on the exact CPU core (`systems/amoe/core.py`), metrics over the steady window (second half
@@ -105,7 +106,7 @@ def write_tuned_policy(summary: dict, path: Path) -> None:
     ch, g = summary["chosen"], summary["grid"]
     run = {"params": ["lookahead", "decay"], "model": "mixtral-8x7b",
            "hardware": ONE_NODE}
-    head = (f"# Tuned by moejax.reproduce.amoe_knobs (issue 15 part 4): Algorithm 1 K and delta "
+    head = (f"# Tuned by moejax.reproduce.amoe_knobs at 002 Fig. 11: Algorithm 1 K and delta "
             f"of {base.name!r} on\n# open-loop Poisson {g['rate']} req/s (002 Fig. 11's 80% "
             f"point), medium top-1, arrivals over {g['arrivals_s']} s,\n# steady-window mean "
             f"ITL; grid K {list(g['ks'])} x delta {list(g['decays'])}, then "

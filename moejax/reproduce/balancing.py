@@ -62,6 +62,7 @@ from moejax.systems import ep, rebalancing
 from moejax.trace import from_counts
 from moejax.trace import io as trace_io
 from moejax.trace.core import Trace
+from moejax.tune import TuneConfig, tune
 from moejax.tune import rebalancing as rebalancing_tuning
 
 # Grid fields: workloads and platforms of the placement study; training and held-out batches
@@ -173,8 +174,6 @@ def tuned_shares(workload, platform, model, train, test, grid: Grid) -> dict:
     """`moejax tune` on the training batches (a temporary recording whose first part is the
     training batches, the rest held out): per-layer `placement` from greedy and `replicas`
     (one redundant slot) from EPLB. Returns {name: shares [L, E, D], name + "_s": seconds}."""
-    from moejax.tune import TuneConfig, tune
-
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         rec = Path(tmp) / "recording.npz"

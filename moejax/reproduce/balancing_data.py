@@ -2,7 +2,7 @@
 training and held-out per-expert loads at a chosen batch size.
 
 Recordings (`data/balancing_recordings.npz`, made by `experiments/balancing_recordings.py`
-from /work/shared/traces, docs/traces.md): ESFT intent and law (DeepSeek-V2-Lite layout:
+from real routing recordings, docs/traces.md): ESFT intent and law (DeepSeek-V2-Lite layout:
 64 experts, top-6, 26 MoE layers; one iteration per sequence) and OLMoE-1B-7B / Mixtral-8x7B
 (64 / 8 experts, top-8 / top-2, layers 0, 7, 15; one iteration per domain).
 

@@ -10,7 +10,7 @@ B x S / tokens times; the routing statistics, not the sample, set the volumes).
 
 Routing: uniform top-k (the paper gives no routing statistics) and, for DeepSeek-V2, its
 device-limited routing (M = 3 devices, `moejax.trace.device_limited`); `volumes.csv` adds a
-skewed `powerlaw:alpha=1.2`. `holds` per claim is the spec's rule (shared/specs/epsmoe.md §3),
+skewed `powerlaw:alpha=1.2`. `holds` per claim is the rule of docs/reproduction/epsmoe.md,
 fixed before any run. See docs/reproduction/epsmoe.md.
 The claim rules are in `epsmoe_claims`, the figures in `epsmoe_figures`; this module computes
 the rows and declares the study (`STUDY`).
@@ -37,6 +37,7 @@ from moejax.reproduce.epsmoe_claims import (  # noqa: F401  (the study's axes, r
 )
 from moejax.reproduce.study import Check, Figure, Grid, Rows, Study
 from moejax.runner import engine
+from moejax.systems.epsmoe import split_io
 from moejax.systems.epsmoe.config import default_params, make_config
 from moejax.systems.epsmoe.layer import heuristic_pn
 from moejax.systems.epsmoe.system import build
@@ -151,8 +152,6 @@ def fig9(grid: Grid) -> Rows:
     """Memory I/O of one DeepSeek-V2 device's routed GEMMs split into N chunks, horizontally
     (EPS-MoE: weights by expert) or vertically (weights by columns, partial outputs written N
     times), from the rows of the device-limited traces (4096 tokens per device)."""
-    from moejax.systems.epsmoe import split_io
-
     run = runner_for(grid)
     m = load_model("deepseek-v2")
     plat = load_platform("h800x8")

@@ -1,5 +1,5 @@
 """Paper 003 (EPS-MoE) claim rules (`moejax reproduce epsmoe`), pure functions of the rows of
-the tables they read: `holds` per claim is the spec's rule (shared/specs/epsmoe.md §3), fixed
+the tables they read: `holds` per claim is the rule of docs/reproduction/epsmoe.md, fixed
 before any run. Each takes the `Rows` of its tables (their `extra` holds the unrounded
 per-variant results) and returns its `Claim`s."""
 

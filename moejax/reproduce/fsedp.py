@@ -352,7 +352,7 @@ def fig17(grid: Grid, tokens: int = figs.FIG17_TOKENS) -> Rows:
             rows["latency_s"].append(float(v))
     # the claim's overhead readings (Qwen3, claim buffer): the control overhead also charged
     # to every micro-slice transfer (000 §IV "per-transfer header cost"), at the library's
-    # 0.5 us and at 2 us (the review's sensitivity); "ctrl" rows above charge compute only
+    # 0.5 us and at 2 us (a sensitivity reading); "ctrl" rows above charge compute only
     rows["overhead"] = ["ctrl 0.5us"] * len(rows["model"])
     model = model_of("qwen3-30b-a3b")
     ms = [m for m in grid.microslices if _fits_m(model, CLAIM_BUFFER_MB * MB, m)]

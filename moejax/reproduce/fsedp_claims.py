@@ -31,10 +31,10 @@ NEEDED_WITHIN = 0.02  # memory "needed": smallest buffer within 2% of the larges
 NEEDED_BUFFERS = (2e6, 4e6)  # bytes per die tried below the catalog buffer (decimal MB)
 BUFFER_TOKENS = (256, 1024)  # token-buffering claim's token counts (§VI-C)
 
-CLAIM_BUFFER_MB = 14.0  # per die; the review's small-buffer setting (Fig. 16(b) / 17)
+CLAIM_BUFFER_MB = 14.0  # per die; a small-buffer reading (Fig. 16(b) / 17)
 # Overhead readings of the Fig. 17 claim: seconds per micro-slice on compute AND on each DDR
 # load / D2D forward (`xfer_overhead_s`). 0.5 us = DEFAULT_CTRL_OVERHEAD_S (chosen before any
-# result); 2 us = the review's sensitivity. The first is the claim's primary reading.
+# result); 2 us = a sensitivity reading. The first is the claim's primary reading.
 OVERHEAD_READINGS = {"ctrl+xfer 0.5us": 0.5e-6, "ctrl+xfer 2us": 2e-6}
 
 

@@ -1,15 +1,15 @@
 """`moejax reproduce amoe`: paper 002 (AMoE) Fig. 4, 9-12 at the paper's operating point.
 
-The faithful workload of the independent review (shared/reviews/amoe.md §5): the paper reads
+The workload that follows the paper's own measurement (an independent reading of 002 §5): it reads
 throughput and ITL in steady state under a Poisson input rate raised "until the throughput
 reaches saturation" (§5.2), which its own numbers place at thousands of concurrent requests
-(review §2). So:
+(its §2 memory bound and Fig. 9 rates). So:
 
 * achievable throughput (Fig. 9, 10): closed-loop concurrency sweeps (N requests kept in the
   system, spread start), AEP on the exact CPU event core (`systems/amoe/core.py`), the
   synchronous baseline on `sync.py`'s own iteration step (`sync_closed.py`); the maximum
   over N below the KV bound;
-* the Fig. 9(b) curve: open-loop Poisson streams (arrivals over T seconds) at the review's
+* the Fig. 9(b) curve: open-loop Poisson streams (arrivals over T seconds) at a
   rate grid up to saturation, throughput / ITL (mean, p99) / concurrency over the second
   half of the arrivals, offered vs delivered;
 * the schedulers (Fig. 11, 12): open loop at 80% of defrag's achievable input rate (top-1
@@ -52,7 +52,7 @@ MODEL = "mixtral-8x7b"
 SEED = 1  # routing seed of every run
 
 # Grid fields: closed-loop N; closed-loop AEP horizon (window: second half); closed-loop sync
-# iterations (first quarter discarded); open-loop medium top-1 rates (review §5: 25-500 req/s);
+# iterations (first quarter discarded); open-loop medium top-1 rates (25-500 req/s);
 # open-loop arrivals span T (window: [T/2, T]); top-2 workloads; workloads with the
 # ep-sync-roofline baseline beside ep-sync.
 QUICK = Grid(True, concurrency=(256, 2048, 8192, 32768), horizon_s=3.0, sync_iters=16,

@@ -2,8 +2,7 @@
 
 The rules of `reference.py` / `aep.py` (002 §3: most-free-memory admission §3.1, μ-queues
 drained by Algorithm 1 / MTFS / FLFS §3.4, point-to-point messages §3.5, the top-k token
-pool §3.2), with the data structures of the independent review (shared/reviews/amoe.md §7.3,
-appendix A):
+pool §3.2), with data structures that make each event's work O(batch):
 
 * one binary heap per GPU of in-flight token slots, keyed by the tick they become ready;
 * one intrusive linked list (with a count) per (block, unit) μ-queue;
@@ -23,7 +22,7 @@ Two forms of the same source: `simulate` compiled with numba (`cache=True`) and
 `simulate_py`, the identical code run by the Python interpreter (helpers rebound to their
 plain-Python versions), for small tests without compilation.
 
-Beyond the reference it serves two workloads (review §5):
+Beyond the reference it serves two workloads (002 §5):
 * open loop: a finite Poisson stream, run until every request completes;
 * closed loop (`closed = N`): N requests in the system, each completion submits the next
   one at once (arriving at the completion tick), run until `horizon` ticks. Resubmissions

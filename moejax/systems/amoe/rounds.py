@@ -1,8 +1,8 @@
 """Exact AEP event simulation in rounds: the accelerator path (JAX), equal to `core.py`.
 
 The rules are those of `core.simulate` (002 §3.1 admission, §3.2 executor / dispatcher /
-token pool, §3.4 schedulers, §3.5 messages); the schedule of the computation is the
-review's §7.4 B (shared/reviews/amoe.md): one `lax.while_loop` step is a *round*,
+token pool, §3.4 schedulers, §3.5 messages); the schedule of the computation batches events into
+rounds: one `lax.while_loop` step is a *round*,
 
 1. batched admissions (§3.1): every head-of-line request that fits and arrives no later
    than the earliest launch is admitted (ties go to admission, as in the core);

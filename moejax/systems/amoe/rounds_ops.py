@@ -138,7 +138,7 @@ def itl_table(edges):
     """(lo [KEYS], span): edges below each bucket of `_itl_key`, most edges in one bucket.
 
     searchsorted(edges, v, 'right') == lo[key(v)] + #{j < span: edges[lo + j] <= v}: the
-    edges in v's bucket are the next ones after lo (the review's integer-log ITL binning,
+    edges in v's bucket are the next ones after lo (an integer-log ITL binning,
     §7.4 B, exact for any sorted int edges).
     """
     e = np.asarray(edges, np.int64)

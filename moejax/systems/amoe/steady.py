@@ -1,6 +1,6 @@
 """AEP serving at a steady operating point on the exact CPU event core (`core.py`).
 
-Review §5 (shared/reviews/amoe.md) and 002 §5: the paper sweeps a Poisson input rate "until
+002 §5: the paper sweeps a Poisson input rate "until
 the throughput reaches saturation" and reads throughput and inter-token latency (ITL) in
 steady state, at thousands of concurrent requests. Two workloads:
 

@@ -56,7 +56,7 @@ class SyncOverheads:
     layer_fixed_s: kernel launches of one block (CUDA graphs amortise them).
     comm: how tokens reach the experts in each block.
       "all_to_all": barrier all-to-all of the routed tokens only (dispatch, combine).
-      "gather_allreduce": SGLang's DP attention + EP MoE of early 2025 (review #5): the DP
+      "gather_allreduce": SGLang's DP attention + EP MoE of early 2025: the DP
         ranks' hidden states are all-gathered to every rank (`dp_gather`), each rank runs
         its experts on the tokens routed to them, and the outputs are combined by an
         all-reduce of the global batch (`tensor_model_parallel_all_reduce`); ring

@@ -1,4 +1,4 @@
-"""Synchronous-EP serving in a closed loop of N requests (review §5, §6.2), on `sync.py`'s step.
+"""Synchronous-EP serving in a closed loop of N requests (002 §5), on `sync.py`'s step.
 
 The iteration cost is `sync.build(cfg).step` itself (DP attention, barrier all-to-all,
 experts, overheads): this module only sets up a steady population instead of a stream.
