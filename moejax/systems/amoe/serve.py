@@ -11,38 +11,18 @@ import dataclasses
 
 import jax
 
-from moejax.catalog.hardware import Platform, load_platform, parse_platform
+from moejax.catalog.hardware import Platform, load_platform
 from moejax.catalog.models import load_model
 from moejax.catalog.policies import load_policy
 from moejax.errors import UnknownNameError
 from moejax.systems import SYSTEMS
 from moejax.trace import requests
 
-# Fig. 10's grey markers: one of the two AWS p4d nodes of 002 Table 2 alone (8x A100-40GB,
-# NVSwitch), a reference point beside the catalog's a100x8-nvswitch (80 GB) and
-# a100x16-2node; only memory differs from a100x8-nvswitch (latency as there: 500 ns, assumed).
-_BUILT_IN = {
-    "a100x8-40g": dict(
-        family="gpu", description="1 node x 8 A100-SXM4-40GB on NVSwitch (002 Table 2, one "
-        "node; Fig. 10 reference point)", source="002 Table 2, Fig. 10; NVIDIA A100 datasheet",
-        num_devices=8,
-        device={"peak_flops": {"bf16": 312e12}, "onchip_buffer_bytes": 40e6,
-                "memory_capacity_bytes": 40e9, "memory_Bps": 1.555e12, "sm_count": 108},
-        topology={"kind": "switch", "link_Bps": 300e9, "hop_latency_s": 500e-9},
-    ),
-}
-
 
 def platform(name: str | Platform) -> Platform:
-    """A platform from the catalog (`hardware/`), or the built-in 002 spec of that name."""
-    if isinstance(name, Platform):
-        return name
-    try:
-        return load_platform(name)
-    except UnknownNameError:
-        if name in _BUILT_IN:
-            return parse_platform(_BUILT_IN[name], "moejax/systems/amoe/serve.py", name)
-        raise
+    """A platform from the catalog (`hardware/`; 002's are a100x8-nvswitch, a100x8-40g and
+    a100x16-2node)."""
+    return name if isinstance(name, Platform) else load_platform(name)
 
 
 def stream_systems() -> tuple[str, ...]:
