@@ -52,7 +52,7 @@ def tile(tr, n):
 
 def resident(tr):
     """The batch put on the default device once: `engine.simulate` then slices each chunk
-    there (`engine._take`) instead of copying it from the host, as when the traces are
+    there (the engine slices it) instead of copying it from the host, as when the traces are
     generated on the device."""
     return jax.device_put(tr)
 

@@ -151,7 +151,7 @@ def test_progress_says_compiling_until_the_first_chunk(capsys):
     from moejax.output.status import live_status
     from moejax.runner import engine
 
-    shown = engine._progress(True, 3, "ep")
+    shown = engine.progress_bar(True, 3, "ep")
     advance = shown.__enter__()
     task = shown.bar.tasks[0]
     assert task.description.startswith("compiling ep")

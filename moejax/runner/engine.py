@@ -89,7 +89,7 @@ def batch_size(tree: PyTree) -> int:
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(system: System, sweep: bool, key_impl: str):
+def compiled_program(system: System, sweep: bool, key_impl: str):
     """jit(vmap(run_one)) over traces (and params); keys come in as raw key data, wrapped
     inside the call (no per-chunk dispatch to rebuild typed keys on the host)."""
     def one_params(params, traces, key_data):
@@ -142,12 +142,12 @@ def simulate(
     part = distributed.partition(n, chunk)  # several processes: this one's whole chunks
     if part is not None:
         traces, key_data, n = part.take(traces), part.take(key_data), part.rows
-    fn = _compiled(system, sweep, str(jax.random.key_impl(keys)))
+    fn = compiled_program(system, sweep, str(jax.random.key_impl(keys)))
     starts = range(0, n, chunk)
     read = chunk_reader(traces, key_data, several=len(starts) > 1)
     show = progress if progress is not None else len(starts) > 8
     results = []
-    with _progress(show, len(starts), system.name) as advance:
+    with progress_bar(show, len(starts), system.name) as advance:
         for s in starts:
             results.append(fn(params, *read(s, min(s + chunk, n))))
             advance()
@@ -306,7 +306,7 @@ def _shard(traces, keys, devices):
     return jax.device_put(traces, spec), jax.device_put(keys, spec)
 
 
-class _progress:
+class progress_bar:
     """A rich progress bar over chunks, or nothing. Until the first chunk's call returns it
     reads "compiling" (XLA compiles on that call; the bar would otherwise sit at 0%)."""
 

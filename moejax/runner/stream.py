@@ -67,7 +67,7 @@ def _prepare(system, traces, key):
     n = engine.batch_size(traces)
     key = jax.random.key(0) if key is None else key
     key_data, impl = key_data_of(key, n)
-    return n, engine._compiled(system, False, impl), engine.chunk_reader(traces, key_data)
+    return n, engine.compiled_program(system, False, impl), engine.chunk_reader(traces, key_data)
 
 
 def iter_chunks(system, params, traces, key, chunk: int, start: int = 0):
@@ -300,7 +300,7 @@ def run(system, params, traces, key, *, chunk: int, meta: dict, out_dir: Path | 
     chunks = (iter_chunks(system, params, traces, key, chunk, start)
               if distributed.process_count() < 2 else
               iter_rounds(system, params, traces, key, chunk, start, round_traces))
-    with engine._progress(progress and writer, len(starts), system.name) as advance:
+    with engine.progress_bar(progress and writer, len(starts), system.name) as advance:
         for lo, hi, out in chunks:
             done_now += hi - lo
             if writer:

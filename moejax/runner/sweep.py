@@ -248,7 +248,7 @@ def run(plan: Plan, points: dict[str, np.ndarray], traces, key, *,
         points, total = part.take(points), part.rows
     blocks = range(0, total, per)
     outs = []
-    with engine._progress(progress and len(blocks) > 1, len(blocks), "sweep") as advance:
+    with engine.progress_bar(progress and len(blocks) > 1, len(blocks), "sweep") as advance:
         for s in blocks:
             vals = {k: jnp.asarray(v[s:s + per], jnp.float32) for k, v in points.items()}
             outs.append(jax.tree_util.tree_map(np.asarray, fn(vals, traces, key_data)))
