@@ -47,6 +47,7 @@ from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
 from moejax.physics import eq1
 from moejax.system import System
+from moejax.systems import metrics
 from moejax.systems.wafer import balancer as bal
 from moejax.systems.wafer import mapping as mp
 from moejax.systems.wafer.config import (
@@ -97,10 +98,7 @@ class WaferState:
     since_migration: jax.Array  # iterations since the last migration (Eq. 2 dt_mig)
     pending: jax.Array  # [L, E, D] non-invasive: shadow plan still moving on cold links
     pending_left: jax.Array  # iterations until `pending` is in place (<= 0: none pending)
-    sums: dict  # per-metric sums over iterations
-    link_bytes: jax.Array  # [Lk] all-to-all bytes per link (summed)
-    ar_link_bytes: jax.Array  # [Lk] all-reduce bytes per link (summed)
-    iterations: jax.Array
+    metrics: metrics.Running  # SCALARS and the per-link bytes [Lk], over iterations with tokens
 
 
 SCALARS = ("layer_s", "forward_s", "all_to_all_s", "all_reduce_s", "esp_reduce_s",
@@ -125,8 +123,10 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         # [L, 0, D] placeholder instead of a per-trace [L, E, D] copy (32 MB at 1024 traces)
         shadow = (jnp.zeros((n_layers, 0, d)) if static else
                   jnp.broadcast_to(params.shadow, (n_layers, e, d)).astype(jnp.float32))
-        return WaferState(shadow, jnp.zeros((n_layers, e)), jnp.float32(1e9), shadow,
-                          z, {k: z for k in SCALARS}, jnp.zeros(lk), jnp.zeros(lk), z)
+        running = metrics.Running.zeros(
+            {**{k: () for k in SCALARS}, "link_bytes": (lk,), "ar_link_bytes": (lk,)})
+        return WaferState(shadow, jnp.zeros((n_layers, e)), jnp.float32(1e9), shadow, z,
+                          running)
 
     def step(params: WaferParams, state: WaferState, x: Routing):
         native = params.placement.astype(jnp.float32)
@@ -149,7 +149,7 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         m = cfg.model
         dev_load = out["device_tokens"]  # [L, D]
         ratio = dev_load.max(-1) / jnp.maximum(dev_load.mean(-1), 1e-30)
-        history = jnp.where(state.iterations > 0,
+        history = jnp.where(state.metrics.iterations > 0,
                             cfg.history_decay * state.history + (1 - cfg.history_decay) * counts,
                             counts)
         idle = state.pending_left <= 0  # no non-invasive migration still in flight
@@ -213,17 +213,15 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
                                  / jnp.maximum(out["layer_s"], 1e-30)).mean(),
             "tokens": counts[0].sum() / m.top_k, "activation_delay": delay,
         }
-        sums = {k: state.sums[k] + real * vals[k] for k in SCALARS}
+        running = state.metrics.add(
+            real, {**vals, "link_bytes": a2a_loads, "ar_link_bytes": ar_loads})
         new = state.replace(
             shadow=jnp.where(real > 0, new_shadow, state.shadow),
             history=jnp.where(real > 0, history, state.history),
             since_migration=(1.0 - trigger) * (state.since_migration + 1.0),
             pending=jnp.where(real > 0, pending, state.pending),
             pending_left=jnp.where(real > 0, left, state.pending_left),
-            sums=sums,
-            link_bytes=state.link_bytes + real * a2a_loads,
-            ar_link_bytes=state.ar_link_bytes + real * ar_loads,
-            iterations=state.iterations + real,
+            metrics=running,
         )
         per_iter = {"max_over_mean": ratio.mean(), "migrations": copies.sum() * layer_scale,
                     "migration_s": mig_s, "forward_s": forward,
@@ -231,18 +229,16 @@ def build(cfg: WaferConfig, num_iterations: int) -> System:
         return new, per_iter
 
     def finish(params: WaferParams, state: WaferState, outs):
-        n = jnp.maximum(state.iterations, 1.0)
-        res = {k: v / n for k, v in state.sums.items()}
-        res["migrations"] = state.sums["migrations"]
-        res["activation_delay"] = state.sums["activation_delay"] / jnp.maximum(
+        sums = state.metrics.sums
+        res = state.metrics.means()  # link_bytes, ar_link_bytes: per-iteration means too
+        res["migrations"] = sums["migrations"]
+        res["activation_delay"] = sums["activation_delay"] / jnp.maximum(
             (outs["migrations"] > 0).sum(), 1.0)
         res["comm_s"] = res["all_to_all_s"] + res["all_reduce_s"] + res["esp_reduce_s"]
         res["migration_ratio"] = res["migration_s"] / jnp.maximum(res["forward_s"], 1e-30)
-        res["link_bytes"] = state.link_bytes / n
-        res["ar_link_bytes"] = state.ar_link_bytes / n
         res["latency_s"] = res["layer_s"]
         res["compute_s"] = res["moe_compute_s"]
-        res["tokens_per_s"] = state.sums["tokens"] / jnp.maximum(state.sums["forward_s"], 1e-30)
+        res["tokens_per_s"] = sums["tokens"] / jnp.maximum(sums["forward_s"], 1e-30)
         res["per_iteration"] = outs
         return res
 
