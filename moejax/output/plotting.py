@@ -135,20 +135,23 @@ def read_csv(path: Path | str) -> dict[str, np.ndarray]:
 
 
 def read_rows(path: Path | str, ints=(), bools=()) -> list[dict]:
-    """`read_csv` as a list of row dicts (numbers as float; the columns named in `ints` as
-    int, in `bools` as bool ("True"/"1"))."""
-    cols = read_csv(path)
-    n = len(next(iter(cols.values()))) if cols else 0
+    """`read_csv` as a list of row dicts (see `row_dicts`)."""
+    return row_dicts(read_csv(path), ints, bools)
+
+
+def row_dicts(cols: dict, ints=(), bools=()) -> list[dict]:
+    """Columns (arrays or lists, as `read_csv` reads them) as row dicts: numbers as float, the
+    columns named in `ints` as int, in `bools` as bool ("True" / "1"), the rest as str."""
+    names = list(cols)
     out = []
-    for i in range(n):
+    for vals in zip(*(cols[k] for k in names), strict=True):
         row = {}
-        for k, v in cols.items():
-            x = v[i]
+        for k, x in zip(names, vals, strict=True):
             if k in ints:
                 x = int(float(x))
             elif k in bools:
                 x = str(x) in ("True", "true", "1", "1.0")
-            elif v.dtype.kind == "f":
+            elif isinstance(x, (float, np.floating)):
                 x = float(x)
             else:
                 x = str(x)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from moejax.output import plotting
-from moejax.reproduce.study import Grid, Rows, row_dicts
+from moejax.reproduce.study import Grid, Rows
 
 SYSTEMS = {  # steady study: CSV `system` -> legend
     "aep": "AMoE: asynchronous EP, defragging scheduler (aep-defrag)",
@@ -118,7 +118,7 @@ def queue_depth(path: Path, qdepth, bin_s: float) -> None:
 
 def closed_loop(path: Path, rows: Rows, grid: Grid) -> None:
     """Fig. 9: one panel per (top-k, workload) curve of the closed-loop rows."""
-    rows9 = row_dicts(rows.cols, ints=("top_k",))
+    rows9 = plotting.row_dicts(rows.cols, ints=("top_k",))
     curves_ = list(dict.fromkeys((r["top_k"], r["workload"]) for r in rows9))
     n = [r["concurrency_target"] for r in rows9]
     curves(path, rows9, [(f"top-{k} {w}", {"top_k": k, "workload": w}) for k, w in curves_],
@@ -128,7 +128,7 @@ def closed_loop(path: Path, rows: Rows, grid: Grid) -> None:
 
 def scaling(path: Path, rows: Rows, grid: Grid) -> None:
     """Fig. 10: one panel per platform (2 nodes, 16 experts; 1 node, 8 experts)."""
-    rows10 = row_dicts(rows.cols, ints=("top_k",))
+    rows10 = plotting.row_dicts(rows.cols, ints=("top_k",))
     plats = list(dict.fromkeys(r["platform"] for r in rows10))
     label = {p: ("16 GPUs (2 nodes, 40 GB), 16 experts" if "16" in p
                  else "8 GPUs (1 node, 40 GB), 8 experts") for p in plats}
@@ -137,7 +137,7 @@ def scaling(path: Path, rows: Rows, grid: Grid) -> None:
 
 
 def open_loop_figure(path: Path, rows: Rows, grid: Grid) -> None:
-    open_loop(path, row_dicts(rows.cols))
+    open_loop(path, plotting.row_dicts(rows.cols))
 
 
 def steady_rates(path: Path, rows: Rows, grid: Grid) -> None:
@@ -149,15 +149,16 @@ def steady_rates(path: Path, rows: Rows, grid: Grid) -> None:
 
 def finite_curves(path: Path, rows: Rows, grid: Grid) -> None:
     """Finite study, Fig. 9: one panel per (top-k, workload), one line per policy."""
-    rows9 = row_dicts(rows.cols, ints=("top_k",))
+    rows9 = plotting.row_dicts(rows.cols, ints=("top_k",))
     panels = list(dict.fromkeys((r["top_k"], r["workload"]) for r in rows9))
     curves(path, rows9, [(f"top-{k} {w}", {"top_k": k, "workload": w}) for k, w in panels],
            "002 Fig. 9 (finite streams): AMoE vs synchronous EP, 8x A100", group="policy")
 
 
 def finite_scaling(path: Path, rows: Rows, grid: Grid) -> None:
-    curves(path, row_dicts(rows.cols, ints=("top_k",)), [("16 GPUs, 16 experts, top-1", {})],
-           "002 Fig. 10 (finite streams): 2 nodes", group="policy")
+    curves(path, plotting.row_dicts(rows.cols, ints=("top_k",)),
+           [("16 GPUs, 16 experts, top-1", {})], "002 Fig. 10 (finite streams): 2 nodes",
+           group="policy")
 
 
 def finite_rates(path: Path, rows: Rows, grid: Grid) -> None:

@@ -17,11 +17,11 @@ from moejax.reproduce.balancing_claims import (
     TOKENS_PER_DEVICE,
     _row,
 )
-from moejax.reproduce.study import Grid, Rows, row_dicts
+from moejax.reproduce.study import Grid, Rows
 
 
 def _placements(rows: Rows) -> list[dict]:
-    return row_dicts(rows.cols, bools=("fits_memory",))
+    return plotting.row_dicts(rows.cols, bools=("fits_memory",))
 
 
 def placements_latency(path: Path, rows: Rows, grid: Grid) -> None:
@@ -43,7 +43,7 @@ def redundancy(path: Path, rows: Rows, grid: Grid) -> None:
 
 
 def rebalancing(path: Path, rows: Rows, grid: Grid) -> None:
-    plot_rebalance(path, row_dicts(rows.cols), grid, rows.more.get("smoothed.json", {}))
+    plot_rebalance(path, plotting.row_dicts(rows.cols), grid, rows.more.get("smoothed.json", {}))
 
 
 def plot_placements(path, rows, grid: Grid, metric: str, title: str, ylabel: str):

@@ -209,27 +209,6 @@ def read_table(path: Path) -> dict[str, list]:
     return {k: list(v) for k, v in plotting.read_csv(path).items()}
 
 
-def row_dicts(cols: dict[str, list], ints=(), bools=()) -> list[dict]:
-    """Columns read back by `read_table` as row dicts (numbers float, the columns named in
-    `ints` int, in `bools` bool from "True" / "1"), for plots written over row dicts."""
-    names = list(cols)
-    out = []
-    for vals in zip(*(cols[k] for k in names), strict=True):
-        row = {}
-        for k, x in zip(names, vals, strict=True):
-            if k in ints:
-                x = int(float(x))
-            elif k in bools:
-                x = str(x) in ("True", "true", "1", "1.0")
-            elif isinstance(x, (float, np.floating)):
-                x = float(x)
-            else:
-                x = str(x)
-            row[k] = x
-        out.append(row)
-    return out
-
-
 def _write_file(path: Path, obj: Any) -> None:
     if path.suffix == ".json":
         atomic_write_json(path, obj)
