@@ -58,7 +58,6 @@ def default_chunk(traces: PyTree | None = None, system: System | None = None) ->
     return int(min(chunk, fit))
 
 
-
 def run_one(system: System, params: PyTree, trace: PyTree, key: jax.Array) -> PyTree:
     """Simulate one trace (no jit, no vmap): init, scan `num_steps` steps, finish."""
     state = system.init(params, trace, key)
@@ -123,7 +122,8 @@ def simulate(
     traces: a pytree with a leading `[T]` axis, or a `ChunkedTraces` whose chunks are made
       inside the chunk loop (a generated batch never exists whole).
     Traces are sharded over all local devices (`jax.sharding`) when there are several and
-    the chunk divides evenly; results equal the single-device run to float32 rounding. In a
+    the chunk divides evenly; results equal the single-device run bit for bit for the
+    systems docs/scaling.md lists (tests/test_sharded_bits.py), to float32 rounding else. In a
     multi-process run (`moejax.runner.distributed`) each process simulates its block of the global
     trace indices and the results are all-gathered: identical to the single-process run.
     """
