@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from moejax.catalog.hardware import load_platform
 from moejax.output import plotting
@@ -85,6 +86,9 @@ def plot(results: list[dict], path: Path | str) -> Path:
                                label=f"{kind} ({role})")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
         ax.set_xlabel(f"measured ({unit})")
