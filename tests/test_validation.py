@@ -14,7 +14,7 @@ from moejax.catalog.hardware import load_platform
 from moejax.cli.main import main
 from moejax.errors import ConfigError
 from moejax.physics import internode
-from moejax.validation import fit, rows, table
+from moejax.validation import fit, predict, rows, table
 
 ROWS = rows.load()
 
@@ -63,6 +63,27 @@ def test_fit_ignores_held_out_rows():
 
 
 H800_2 = load_platform("h800-2node")
+
+
+@pytest.mark.parametrize("ep", [8, 16, 32, 64])
+def test_deepep_routing_matches_the_benchmarks_sampling(ep):
+    """The closed-form hit probabilities equal DeepEP's test routing, sampled: scores
+    |N(0, 1)| + 1, the top-min(nodes, 4) node groups by their best score, top-8 inside."""
+    experts, topk, tokens = 256, 8, 20000
+    nodes = max(ep // 8, 1)
+    rng = np.random.default_rng(0)
+    scores = np.abs(rng.standard_normal((tokens, experts))) + 1
+    best = scores.reshape(tokens, nodes, -1).max(-1)
+    groups = np.argsort(-best, axis=1)[:, :min(nodes, 4)]
+    allowed = np.zeros((tokens, nodes), bool)
+    np.put_along_axis(allowed, groups, True, axis=1)
+    scores = np.where(np.repeat(allowed, experts // nodes, axis=1), scores, -np.inf)
+    top = np.argsort(-scores, axis=1)[:, :topk]
+    gpu_hit = np.mean([np.any(top // (experts // ep) == 0, axis=1)])
+    node_hit = np.mean([np.any(top // (experts // nodes) == 0, axis=1)])
+    r = predict.deepep_routing(ep, experts, topk)
+    assert r.gpu_hit == pytest.approx(gpu_hit, abs=0.01)
+    assert r.node_hit == pytest.approx(node_hit, abs=0.01)
 
 
 def test_normal_single_node_is_nvlink_port_time():

@@ -16,7 +16,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                        "(NCCL, DeepEP, DeepGEMM, a serving framework's MoE layer)")
     v.add_argument("--measurements", default=None,
                    help="a measurements TOML (default: the one shipped with moejax)")
-    v.add_argument("--only", default="",
+    v.add_argument("--only", default=None,
                    help="keep rows whose id contains this text (e.g. deepep-ll)")
     v.add_argument("--out", default=None, help="folder for validation.csv and validation.png")
     v.add_argument("--check", action="store_true",
@@ -26,7 +26,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    selected = [m for m in rows.load(args.measurements) if args.only in m.id]
+    selected = [m for m in rows.load(args.measurements) if (args.only or "") in m.id]
     if not selected:
         raise ConfigError(f"--only {args.only!r}: no measurement id contains it")
     results = table.evaluate(selected)

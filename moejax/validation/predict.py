@@ -80,17 +80,24 @@ class DeepEPRouting:
 def deepep_routing(ep: int, experts: int, topk: int, per_node: int = 8,
                    group_limited: bool = True) -> DeepEPRouting:
     """DeepEP tests/test_internode.py: groups = nodes, top-`min(nodes, 4)` groups chosen by
-    their best score, then top-k experts inside them; low-latency: top-k of all experts."""
+    their best score, then top-k experts inside them; low-latency: top-k of all experts.
+    A GPU's hit probability takes the k experts as uniform draws from the chosen groups (the
+    expected experts per chosen node, k / groups, is exact; `tests/test_validation.py`
+    checks both probabilities against the benchmark's sampling)."""
     nodes = max(ep // per_node, 1)
     per_gpu = experts // ep
     per_group = experts // nodes
     groups = min(nodes, 4) if group_limited else nodes
     pool = groups * per_group
     chosen = groups / nodes
+    # when groups are really selected (fewer than the nodes), a group is chosen for its best
+    # score, so that expert is (all but surely) among the token's top-k when k >= the groups
+    # chosen: every chosen node receives the token
+    selected = groups < nodes and topk >= groups
+    node_hit = chosen if selected else chosen * _hit(pool, per_group, topk)
     return DeepEPRouting(
         nodes=nodes, per_node=min(ep, per_node),
-        gpu_hit=chosen * _hit(pool, per_gpu, topk),
-        node_hit=chosen * _hit(pool, per_group, topk),
+        gpu_hit=chosen * _hit(pool, per_gpu, topk), node_hit=node_hit,
     )
 
 
