@@ -75,6 +75,7 @@ GEN = ["trace", "gen", "uniform", "--experts", "4", "--top-k", "2", "--traces", 
     (["trace", "inspect", "x.npz", "--plot", "{file}/p.png"], "is a file, not a folder"),
     (["export", "latency-table", "--hardware", "h", "--model", "m", "--out", "/proc/x.csv"],
      "cannot write in /proc"),
+    (["validate", "--out", "{file}"], "is an existing file"),
 ])
 def test_bad_output_path_is_one_line_exit_2_before_any_work(argv, needle, tmp_path, capsys,
                                                             fake_study):

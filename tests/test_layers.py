@@ -24,7 +24,7 @@ LAYERS = [
     ("systems", ["moejax.system", "moejax.systems", "moejax.tunable"]),
     ("runner", ["moejax.runner", "moejax.api"]),  # api: simulate by names, over the engine
     ("tune", ["moejax.tune"]),
-    ("interfaces", ["moejax.reproduce", "moejax.latency_table"]),
+    ("interfaces", ["moejax.reproduce", "moejax.latency_table", "moejax.validation"]),
     ("cli", ["moejax.cli"]),
 ]
 LAZY_ALLOWED = ("moejax.cli",)

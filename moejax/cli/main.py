@@ -1,7 +1,7 @@
-"""The `moejax` command line: simulate, catalog, reproduce, trace, tune, sweep, export.
+"""The `moejax` command line: simulate, catalog, reproduce, trace, tune, sweep, export, validate.
 
 One module per subcommand (`moejax.cli.simulate`, `catalog`, `reproduce`, `trace`, `tune`,
-`sweep`, `export`), each with `add_parser(sub)` and the function it dispatches to; this
+`sweep`, `export`, `validate`), each with `add_parser(sub)` and the function it dispatches to; this
 module builds the parser and dispatches. Errors from bad input are one line on stderr and
 exit code 2, never a traceback.
 """
@@ -18,12 +18,12 @@ from moejax.errors import MoejaxError
 def build_parser() -> argparse.ArgumentParser:
     # the subcommands' modules import jax and the systems: seconds that Ctrl-C may hit, so
     # they are imported here, inside `main`'s guard, not at module level
-    from moejax.cli import catalog, export, reproduce, simulate, sweep, trace, tune
+    from moejax.cli import catalog, export, reproduce, simulate, sweep, trace, tune, validate
     from moejax.cli.help import polish
 
     p = argparse.ArgumentParser(prog="moejax", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    for module in (simulate, catalog, reproduce, trace, tune, sweep, export):
+    for module in (simulate, catalog, reproduce, trace, tune, sweep, export, validate):
         module.add_parser(sub)
     return polish(p)  # command, system and study lists, every option's default
 

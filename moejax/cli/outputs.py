@@ -18,6 +18,7 @@ OUTPUTS: dict[tuple[str, ...], dict[str, str]] = {
     ("trace", "fit"): {"out": "file", "report": "file"},
     ("trace", "inspect"): {"plot": "file", "json": "file"},
     ("export", "latency-table"): {"out": "file"},
+    ("validate",): {"out": "dir"},
 }
 
 
