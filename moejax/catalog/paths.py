@@ -3,7 +3,8 @@
 Search order for a catalog `kind` ("hardware", "models" or "policies"): folders in the
 environment variable `MOEJAX_HARDWARE_PATH` / `MOEJAX_MODELS_PATH` / `MOEJAX_POLICIES_PATH`
 (os.pathsep separated), then the checkout's top-level folder, then the copy packed into the
-wheel (`moejax/_catalog/`). A name that ends in `.toml` or contains a path separator is read as a file path.
+wheel (`moejax/_catalog/`). A name that ends in `.toml` or contains a path separator is read
+as a file path.
 """
 
 from __future__ import annotations
