@@ -37,7 +37,7 @@ def catalog_files(kind: str) -> dict[str, Path]:
 
 def resolve(kind: str, name: str) -> Path:
     """The file for a catalog name (or a path given directly)."""
-    what = {"policies": "policy"}.get(kind, kind)  # "unknown policy 'x'"
+    what = {"policies": "policy", "models": "model"}.get(kind, kind)  # "unknown policy 'x'"
     if name.endswith(".toml") or os.sep in name:
         p = Path(name)
         if not p.is_file():
