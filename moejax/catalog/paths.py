@@ -1,9 +1,10 @@
 """Where the TOML catalogs live: a checkout, an installed wheel, and user folders.
 
-Search order for a catalog `kind` ("hardware" or "policies"): folders in the environment
-variable `MOEJAX_HARDWARE_PATH` / `MOEJAX_POLICIES_PATH` (os.pathsep separated), then the
-checkout's top-level folder, then the copy packed into the wheel (`moejax/_catalog/`).
-A name that ends in `.toml` or contains a path separator is read as a file path.
+Search order for a catalog `kind` ("hardware", "models" or "policies"): folders in the
+environment variable `MOEJAX_HARDWARE_PATH` / `MOEJAX_MODELS_PATH` / `MOEJAX_POLICIES_PATH`
+(os.pathsep separated), then the checkout's top-level folder, then the copy packed into the
+wheel (`moejax/_catalog/`). A name that ends in `.toml` or contains a path separator is read
+as a file path.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from moejax.errors import UnknownNameError
 
 _PACKAGE = Path(__file__).resolve().parent.parent  # the `moejax` package folder
-KINDS = ("hardware", "policies")
+KINDS = ("hardware", "models", "policies")
 
 
 def catalog_dirs(kind: str) -> list[Path]:
@@ -36,7 +37,7 @@ def catalog_files(kind: str) -> dict[str, Path]:
 
 def resolve(kind: str, name: str) -> Path:
     """The file for a catalog name (or a path given directly)."""
-    what = {"policies": "policy"}.get(kind, kind)  # "unknown policy 'x'"
+    what = {"policies": "policy", "models": "model"}.get(kind, kind)  # "unknown policy 'x'"
     if name.endswith(".toml") or os.sep in name:
         p = Path(name)
         if not p.is_file():

@@ -85,8 +85,8 @@ def check_capacity(shares, slots: int) -> None:
 def fixed_weight_bytes(model: ModelSpec) -> float:
     """Weights every device holds besides its routed-expert slots, for all layers: attention
     (data parallel: a full copy), shared experts and dense FFN blocks. Embeddings, the KV
-    cache and activations are not counted (ModelSpec has no vocabulary size), so the slot
-    bound below is an upper bound."""
+    cache and activations are not counted (not every catalog model lists its vocabulary), so
+    the slot bound below is an upper bound."""
     m = model
     dense = m.ffn_matrices * m.hidden_size * m.dense_ffn_size * m.weight_bytes
     return (m.num_layers * m.attention_weight_bytes + m.num_sparse_layers * m.shared_weight_bytes

@@ -246,9 +246,8 @@ def attention_time_s(cfg: EPConfig, n_tokens, tau):
     groups = cfg.tp_groups
     n_groups, g = groups.shape
     tok = n_tokens / n_groups  # tokens per DP group
-    ctx = cfg.context_len if cfg.context_len > 0 else tok / 2  # causal prefill: mean context
-    qk_dim = m.num_heads * m.head_dim
-    flops = tok * (m.attention_flops_per_token + 4.0 * ctx * qk_dim) / g
+    ctx = m.context_tokens(cfg.context_len if cfg.context_len > 0 else tok / 2)  # causal prefill
+    flops = tok * (m.attention_flops_per_token + ctx * m.attention_context_flops) / g
     bytes_ = (m.attention_weight_bytes + tok * ctx * m.kv_bytes_per_token * (cfg.context_len > 0)
               ) / g
     comp = compute_time_s(flops, dev.flops(cfg.dtype))

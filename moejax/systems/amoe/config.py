@@ -99,7 +99,6 @@ def layer_cost(platform: Platform, model: ModelSpec, ov: Overheads, dtype="bf16"
     dev = platform.device
     peak, bw = dev.flops(dtype), dev.memory_Bps
     f32 = np.float32
-    qk_dim = model.num_heads * model.head_dim
     gate_flops = 2.0 * model.hidden_size * model.num_experts  # router is part of attention
     return LayerCost(
         exp_comp=f32(model.expert_flops_per_token / (peak * ov.expert_efficiency)),
@@ -107,7 +106,7 @@ def layer_cost(platform: Platform, model: ModelSpec, ov: Overheads, dtype="bf16"
         exp_act=f32(2 * model.token_bytes / bw),
         exp_fixed=f32(ov.schedule_s + ov.expert_fixed_s),
         att_comp=f32((model.attention_flops_per_token + gate_flops) / peak),
-        att_ctx_comp=f32(4.0 * qk_dim / peak),
+        att_ctx_comp=f32(model.attention_context_flops / peak),
         att_weight=f32(model.attention_weight_bytes / bw),
         att_kv=f32(model.kv_bytes_per_token * ov.attention_kv_reads / bw),
         att_act=f32(2 * model.token_bytes / bw),

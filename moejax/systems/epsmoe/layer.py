@@ -174,8 +174,8 @@ def attention_s(cfg: EPSConfig, n_real, tp: bool, seq_len):
     reaches ~0.75 of H100 peak, Shah et al. 2024)."""
     m, dev = cfg.model, cfg.platform.device
     d = cfg.num_devices
-    ctx = seq_len / 2.0
-    flops = n_real * (m.attention_flops_per_token + 4.0 * ctx * m.num_heads * m.head_dim) / d
+    ctx = m.context_tokens(seq_len / 2.0)
+    flops = n_real * (m.attention_flops_per_token + ctx * m.attention_context_flops) / d
     comp = flops / (dev.flops("bf16") * cfg.profile.eff_dense)
     w = m.attention_weight_bytes / (d if tp else 1)
     act = n_real / d * (2 * m.token_bytes + m.kv_bytes_per_token)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from moejax.catalog.shapes import attention_shapes, context_macs, count, kv_cache_width
 from moejax.systems.epsmoe.config import EPSConfig
 
 
@@ -100,11 +101,18 @@ def block(cfg: EPSConfig, expert_ids, token_mask, scale, switch_rows, seq_len=No
     full = n_real * m.token_bytes
     dev = cfg.platform.device
     ctx = (cfg.seq_len if seq_len is None else seq_len) / 2.0
-    flops = n_real * (m.attention_flops_per_token + 4.0 * ctx * m.num_heads * m.head_dim) / d
+    if m.sliding_window_layers:  # windowed blocks see at most sliding_window tokens
+        ctx = (ctx * (m.num_layers - m.sliding_window_layers)
+               + min(ctx, m.sliding_window) * m.sliding_window_layers) / m.num_layers
+    # attention from its weight matrices (HF shapes), one MAC per weight per token, plus q.k
+    # over the q/k head width and p.v over the value head width for every context token
+    att_weights = count(attention_shapes(m))
+    flops = n_real * 2.0 * (att_weights + ctx * context_macs(m)) / d
     tp = cfg.mode != "dp-ep"
     att = max(flops / (dev.flops("bf16") * cfg.profile.eff_dense),
-              (m.attention_weight_bytes / (d if tp else 1)
-               + n_real / d * (2 * m.token_bytes + m.kv_bytes_per_token)) / dev.memory_Bps)
+              (att_weights * m.weight_bytes / (d if tp else 1)
+               + n_real / d * (2 * m.token_bytes + kv_cache_width(m) * m.act_bytes))
+              / dev.memory_Bps)
     lr_owned = n_real / d * (m.top_k + 1) * m.token_bytes / dev.memory_Bps
     shared_ffn = m.shared_ffn_size * m.num_shared_experts
     if cfg.mode == "tp-tp":

@@ -94,8 +94,8 @@ def attention_s(cfg: WaferConfig, n_tokens, tau_s):
     m, dev = cfg.model, cfg.platform.device
     n_groups, g = cfg.mapping.groups.shape
     tok = n_tokens / n_groups
-    ctx = cfg.context_len if cfg.context_len > 0 else tok / 2
-    flops = tok * (m.attention_flops_per_token + 4.0 * ctx * m.num_heads * m.head_dim) / g
+    ctx = m.context_tokens(cfg.context_len if cfg.context_len > 0 else tok / 2)
+    flops = tok * (m.attention_flops_per_token + ctx * m.attention_context_flops) / g
     kv = tok * ctx * m.kv_bytes_per_token * (cfg.context_len > 0)
     bytes_ = (m.attention_weight_bytes + kv) / g
     comp = compute_time_s(flops, dev.flops(cfg.attention_dtype))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from moejax.catalog.shapes import attention_shapes, context_macs, count, kv_cache_width
 from moejax.systems.wafer import mapping as mp
 
 
@@ -255,10 +256,16 @@ def layer(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray)
     groups, g = cfg.mapping.groups.shape
     tok = n_tokens / groups
     ctx = cfg.context_len if cfg.context_len > 0 else tok / 2
-    flops = tok * (mdl.attention_flops_per_token + 4.0 * ctx * mdl.num_heads * mdl.head_dim) / g
-    kv = tok * ctx * mdl.kv_bytes_per_token * (cfg.context_len > 0)
+    if mdl.sliding_window_layers:  # windowed blocks see at most sliding_window tokens
+        ctx = (ctx * (mdl.num_layers - mdl.sliding_window_layers)
+               + min(ctx, mdl.sliding_window) * mdl.sliding_window_layers) / mdl.num_layers
+    # attention from its weight matrices (HF shapes): one MAC per weight per token, plus the
+    # q.k and p.v MACs of every context token
+    att_weights = count(attention_shapes(mdl))
+    flops = tok * 2.0 * (att_weights + ctx * context_macs(mdl)) / g
+    kv = tok * ctx * kv_cache_width(mdl) * mdl.act_bytes * (cfg.context_len > 0)
     att = max(flops / dev.flops(cfg.attention_dtype),
-              (mdl.attention_weight_bytes + kv) / g / dev.memory_Bps)
+              (att_weights * mdl.weight_bytes + kv) / g / dev.memory_Bps)
     best = None
     for m in cfg.micro_batches:
         a_st = [att / m, ab / m + al]
