@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jax
 
+from moejax.cli import trace_tools
 from moejax.cli.args import positive_int
 from moejax.errors import ConfigError
 from moejax.output import provenance as run_provenance
@@ -40,6 +41,7 @@ def add_parser(sub):
     _add_import_parser(tsub)
     _add_fit_parser(tsub)
     _add_compare_parser(tsub)
+    trace_tools.add_parsers(tsub)
     t.set_defaults(fn=run)
     return t
 
@@ -195,7 +197,7 @@ def print_report(report: dict) -> None:
 
 
 def run_fit(args) -> int:
-    tr, _ = trace_io.load(args.file)
+    tr, meta = trace_io.load(args.file)
     if tr.batch_shape:
         if tr.batch_shape != (1,):
             raise ConfigError(f"file: fit takes one recording, {args.file} holds "
@@ -212,7 +214,8 @@ def run_fit(args) -> int:
         fam = families[0] if len(families) == 1 else res.get("best")
         if fam is None:
             raise ConfigError("family: no family could be fitted; see the errors above")
-        fit.save_fit(args.out, res, fam, source=str(args.file))
+        fit.save_fit(args.out, res, fam, source=str(args.file),
+                     data=provenance.describe(args.file, meta))
         print(f"wrote {args.out} ({fam}); use: moejax simulate --trace-gen {args.out}")
     return 0
 
