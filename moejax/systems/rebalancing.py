@@ -209,7 +209,7 @@ def build(cfg: RebalanceConfig, num_iterations: int) -> System:
             run=run,
         )
         return new, {"layer_latency_s": layers["latency_s"].mean(), "forward_s": forward + stall,
-                     "replan": replan}
+                     "comm_s": layers["comm_s"].mean(), "replan": replan}
 
     def finish(params: RebalanceParams, state: RebalanceState, outs):
         s, tot, mean = state.run.sums, state.run.totals, state.run.means()
@@ -227,6 +227,7 @@ def build(cfg: RebalanceConfig, num_iterations: int) -> System:
             "tokens_per_s": state.tokens / jnp.maximum(s["forward_s"], 1e-30),
             "layer_latency_per_iter_s": outs["layer_latency_s"],
             "forward_per_iter_s": outs["forward_s"],
+            "comm_per_iter_s": outs["comm_s"],
             "replan_per_iter": outs["replan"],
         }
 
