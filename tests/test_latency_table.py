@@ -14,9 +14,9 @@ from moejax.catalog.hardware import load_platform
 from moejax.catalog.models import load_model
 from moejax.cli import main as cli
 from moejax.latency_table import COLUMNS, DEFAULT_FIT, settle_iterations, traces_for
+from moejax.systems import ep, ep_reference
 from moejax.trace import importers
 from moejax.trace import io as trace_io
-from moejax.systems import ep, ep_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 

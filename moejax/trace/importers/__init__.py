@@ -44,8 +44,8 @@ from moejax.trace.importers.olmoe import import_olmoe, restricted_unpickle
 from moejax.trace.importers.reading import LAST_ITERATION
 
 __all__ = [
-    "FORMATS", "JSONL_FIELDS", "LAST_ITERATION", "RAGGED", "import_counts_csv", "import_esft", "import_jsonl",
-    "import_olmoe", "import_trace", "parse_field_map", "restricted_unpickle",
+    "FORMATS", "JSONL_FIELDS", "LAST_ITERATION", "RAGGED", "import_counts_csv", "import_esft",
+    "import_jsonl", "import_olmoe", "import_trace", "parse_field_map", "restricted_unpickle",
 ]
 
 FORMATS = ("esft", "olmoe", "jsonl", "counts-csv")

@@ -14,11 +14,11 @@ import numpy as np
 from moejax.errors import TraceError
 from moejax.trace.core import Trace
 from moejax.trace.importers.reading import (
+    LAST_ITERATION,
     byte_progress,
     check_experts_top_k,
     check_ids,
     check_weights,
-    LAST_ITERATION,
     error,
     read_lines,
     short_last,

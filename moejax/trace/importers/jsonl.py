@@ -13,12 +13,12 @@ import numpy as np
 from moejax.errors import ConfigError, TraceError
 from moejax.trace.core import Trace
 from moejax.trace.importers.reading import (
+    LAST_ITERATION,
     Grow,
     byte_progress,
     check_experts_top_k,
     check_ids,
     check_weights,
-    LAST_ITERATION,
     error,
     read_lines,
     short_last,
@@ -235,9 +235,8 @@ def import_jsonl(src, *, num_experts: int | None = None, top_k: int | None = Non
             tk = np.asarray(tk) if nested else np.asarray([tk])
             if has_token and (tk.shape != (len(ids),) or tk.dtype.kind not in "iu"
                               or (tk < 0).any()):
-                raise error(path, n, "token", "expected "
-                            f"{'a list of one integer >= 0 per token' if nested else 'an integer >= 0'}"
-                            f", got {rec['token']!r:.60}")
+                want = "a list of one integer >= 0 per token" if nested else "an integer >= 0"
+                raise error(path, n, "token", f"expected {want}, got {rec['token']!r:.60}")
             if ids_g is None:
                 ids_g, w_g = Grow(np.int32, k), Grow(np.float32, k)
             tok.extend(np.broadcast_to(tk, (len(ids),)))
