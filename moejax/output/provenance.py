@@ -50,6 +50,11 @@ def one_line(data: dict | None) -> str:
         return "unknown data"
     if data.get("kind") == "generated":
         return f"generated {data.get('generator')} (seed {data.get('seed')})"
+    if data.get("kind") == "concat":
+        parts = "; ".join(one_line({k: v for k, v in p.items() if k != "file"})
+                          for p in data.get("parts", ()))
+        later = [str(s) for s in data.get("derived", [])[1:]]
+        return f"concat of [{parts}]" + (", " + "; ".join(later) if later else "")
     src = data.get("source") or data.get("file") or "a recording"
     if isinstance(src, list):
         src = ", ".join(str(x) for x in src)
