@@ -65,11 +65,11 @@ def test_simulate_records_provenance_and_the_held_out_figure(tmp_path, capsys):
     assert "held out (iterations 2:3)" in table
 
 
-def test_simulate_table_labels_memory_as_wait_beyond_compute(tmp_path, capsys):
+def test_simulate_table_labels_memory_as_time_beyond_compute(tmp_path, capsys):
     assert cli.main(["simulate", "--hardware", "chiplet-2x2", "--model", "qwen3-30b-a3b",
                      "--traces", "2", "--tokens", "16", "--quiet"]) == 0
     table = capsys.readouterr().out
-    assert "memory wait beyond compute (per layer)" in table
+    assert "memory beyond compute (per layer)" in table
     assert "  memory (per layer)" not in table
 
 

@@ -230,7 +230,7 @@ def run_streams(args) -> int:
 # memory_s is the slowest device's expert time beyond its compute time (how long it waits on
 # memory after its arithmetic is done), not the memory transfer time itself
 BREAKDOWN_LABELS = {"comm_s": "  comm (per layer)", "compute_s": "  compute (per layer)",
-                    "memory_s": "  memory wait beyond compute (per layer)",
+                    "memory_s": "  memory beyond compute (per layer)",
                     "attention_s": "  attention+dense"}
 
 
