@@ -227,6 +227,7 @@ def run_inspect(args) -> int:
         if out and Path(out).is_dir():
             raise ConfigError(f"--{opt}: {out} is a folder; give a file name")
     tr, meta = trace_io.load(args.file)
+    print(f"data: {run_provenance.one_line(provenance.describe(args.file, meta))}")
     s = summary.summarize(tr)
     print(summary.format_summary(s))
     inspect_extra(tr, meta, args.plot, args.json, s)
