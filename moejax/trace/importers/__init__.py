@@ -24,7 +24,8 @@ Formats (see `docs/traces.md` for examples):
              `step` (default 0), `request(s)` (default -1) and `token` (ids) are optional. Steps
              become iterations (in increasing order); within a step and layer, tokens are
              lined up by `token` id (or, without ids, keep the order of their records), and
-             every layer of a step must route the same tokens (or `ragged="truncate"`). `fields` maps these names to a recorder's own keys;
+             every layer of a step must route the same tokens (or `ragged="truncate"`).
+             `fields` maps these names to a recorder's own keys;
              `ignore_unknown` drops the recorder's other fields.
 `counts-csv` a header `layer,0,1,...,E-1` (or `iteration,layer,0,...`), then one row per
              (iteration, layer) of token counts per expert; every pair exactly once.
