@@ -177,3 +177,18 @@ def test_vidur_profile_loader_reads_the_table(tmp_path, capsys):
     y = df["time_stats.mlp_up_proj.median"].to_numpy(float)
     np.testing.assert_allclose(pred, y, atol=0.05, rtol=0.05)  # ms; a quadratic in tokens
     capsys.readouterr()
+
+
+def test_a_recording_of_another_expert_count_is_refused(tmp_path, capsys):
+    tr, meta = importers.import_trace(
+        "olmoe", [ROOT / "tests" / "data" / "olmoe" / "mistral_expert_counts_c4.pkl"],
+        num_experts=8, top_k=2)
+    trace_io.save(tmp_path / "c4.npz", tr, meta)
+    out = tmp_path / "t.csv"
+    rc = cli.main(["export", "latency-table", "--hardware", "h800x8", "--model",
+                   "deepseek-moe-16b", "--trace", str(tmp_path / "c4.npz"), "--tokens", "64",
+                   "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err
+    assert "--trace: 8 experts per layer, the model has 64" in err
+    assert not out.exists() and not list(tmp_path.glob("t*.csv*"))
