@@ -118,7 +118,10 @@ def test_policy_replica_lists():
 
 
 @pytest.mark.parametrize("options, msg", [
-    ("window = 8", "key 'window' = 8 iterations is longer than the trace (2 iterations)"),
+    ("window = 8", "key 'window' = 8 iterations leaves no iteration for the plan to serve in "
+                   "a trace of 2 iterations"),
+    ("window = 2", "key 'window' = 2 iterations leaves no iteration"),  # as long as the trace
+    ("window = 1", "(overlapped migration: the plan serves from iteration 2); allowed: none"),
     ('eplb_mode = "greedy"', "key 'eplb_mode' = 'greedy' is not allowed; allowed: auto, "
                              "hierarchical, global"),
     ("redundant_slots = 64", "redundant_slots = 64: mixtral-8x7b on h800x8 then needs"),

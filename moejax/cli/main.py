@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:  # the parser imports the subcommands' modules (jax): seconds that Ctrl-C may hit
+        from moejax.output import provenance
+
+        provenance.set_command(sys.argv[1:] if argv is None else list(argv))
         args = build_parser().parse_args(argv)
         from moejax.cli.outputs import check_outputs
         from moejax.runner import distributed

@@ -18,12 +18,14 @@ from moejax import api, systems
 from moejax.cli.args import DEFAULT_GEN, DefaultInt, add_distributed_arguments, positive_int
 from moejax.cli.trace import check_recording_args
 from moejax.errors import ConfigError
+from moejax.output import provenance as run_provenance
 from moejax.output.results import atomic_write_csv, atomic_write_json
 from moejax.output.status import live_status
 from moejax.runner import budget, distributed, engine, stream
+from moejax.systems import rebalancing
 from moejax.systems.amoe import serve
 from moejax.systems.amoe.config import p99_from_hist
-from moejax.trace import fit, gen
+from moejax.trace import fit, gen, provenance
 from moejax.trace import io as trace_io
 from moejax.trace.requests import WORKLOADS
 
@@ -79,7 +81,8 @@ def run(args) -> int:
         traces, meta = trace_io.load(args.trace)
         if not traces.batch_shape:
             traces = jax.tree_util.tree_map(lambda x: x[None], traces)
-        source = f"file {args.trace}"
+        data = provenance.describe(args.trace, meta)
+        source = f"file {args.trace}: {run_provenance.one_line(data)}"
     elif args.trace_gen.strip().endswith(".json"):  # a fit from `moejax trace fit --out`
         traces = fit.generate_fitted(
             args.trace_gen, key, num_traces=args.traces, iterations=args.iterations,
@@ -92,6 +95,7 @@ def run(args) -> int:
                   f"0-{traces.num_layers - 1} of the fit's {recorded}; leave --layers out "
                   f"for all of them", file=sys.stderr)
         source = f"fitted {args.trace_gen} ({traces.num_layers} of {recorded} recorded layers)"
+        data = fit_provenance(args.trace_gen, args.seed)
     else:
         spec = gen.parse_spec(args.trace_gen)
         traces = gen.generate_chunked(  # made a chunk at a time inside the engine's loop
@@ -100,8 +104,10 @@ def run(args) -> int:
             top_k=m.top_k,
         )
         source = f"generated {gen.spec_to_str(spec)}"
+        data = provenance.generated(gen.spec_to_str(spec), args.seed)
     if args.stream or args.resume:  # rows to Parquet a part at a time, streaming summaries
-        return simulate_streamed(args, setup, traces, key, source)
+        return simulate_streamed(args, setup, traces, key, source,
+                                 run_provenance.record(args.seed, data))
     t0 = time.perf_counter()
     out = api.simulate(setup.platform, m, setup.policy, traces, key=key,
                        chunk_size=args.chunk,
@@ -126,6 +132,8 @@ def run(args) -> int:
         "tokens_per_s_mean": float(np.mean(out["tokens_per_s"])),
         "wall_s": wall,
     }
+    summary.update(held_out_summary(setup.policy, out, int(traces.num_iterations)))
+    summary["provenance"] = run_provenance.record(args.seed, data)
     if not distributed.is_writer():  # multi-process run: process 0 prints and writes
         return 0
     print_summary(summary)
@@ -140,6 +148,31 @@ def run(args) -> int:
         atomic_write_json(out_dir / "summary.json", summary)
         print(f"wrote {out_dir / 'results.csv'} and {out_dir / 'summary.json'}")
     return 0
+
+
+def fit_provenance(path: str, seed: int) -> dict:
+    """What a summary records of traces generated from a fit file: the fit and its data."""
+    doc = fit.load_fit(path)
+    return {"kind": "fit", "file": str(path), "family": doc.get("family"),
+            "fitted_to": doc.get("provenance") or doc.get("source"), "seed": int(seed),
+            "derived": []}
+
+
+def held_out_summary(policy, out: dict, iterations: int) -> dict:
+    """A re-planning policy's figures over the iterations its first plan serves
+    (`rebalancing.held_out_from`: after the window the plan was made from), beside the
+    whole-trace ones that include the window: {"held_out": {...}} or {} for other policies."""
+    if policy.system != "rebalancing" or "layer_latency_per_iter_s" not in out:
+        return {}
+    start = rebalancing.held_out_from(policy.options)
+    lat = np.asarray(out["layer_latency_per_iter_s"])[:, start:].mean(-1)
+    fwd = np.asarray(out["forward_per_iter_s"])[:, start:].mean(-1)
+    return {"held_out": {
+        "iterations": f"{start}:{iterations}",
+        "what": "iterations the first plan serves (the window it was planned from excluded); "
+                "the whole-trace figures above include the window",
+        "latency_s": engine.percentile_summary(lat),
+        "forward_s": engine.percentile_summary(fwd)}}
 
 
 def run_streams(args) -> int:
@@ -194,6 +227,13 @@ def run_streams(args) -> int:
     return 0
 
 
+# memory_s is the slowest device's expert time beyond its compute time (how long it waits on
+# memory after its arithmetic is done), not the memory transfer time itself
+BREAKDOWN_LABELS = {"comm_s": "  comm (per layer)", "compute_s": "  compute (per layer)",
+                    "memory_s": "  memory beyond compute (per layer)",
+                    "attention_s": "  attention+dense"}
+
+
 def print_summary(s: dict) -> None:
     """The summary of a simulate run (in memory or streamed) as a table on stdout."""
     shape = f"{s['traces']} trace{'s' if s['traces'] != 1 else ''}"
@@ -207,9 +247,14 @@ def print_summary(s: dict) -> None:
         d = s[name]
         label = "MoE layer latency" if name == "latency_s" else "forward pass"
         t.add_row(label, *(_ms(d[c]) for c in ("mean", "p50", "p99")))
+    if "held_out" in s:
+        h = s["held_out"]
+        for name, label in (("latency_s", "MoE layer, held out"), ("forward_s", "forward, "
+                                                                    "held out")):
+            t.add_row(f"{label} (iterations {h['iterations']})",
+                      *(_ms(h[name][c]) for c in ("mean", "p50", "p99")))
     for k, v in s["breakdown_s"].items():
-        t.add_row(f"  {k[:-2]} (per layer)" if k != "attention_s" else "  attention+dense",
-                  _ms(v), "", "")
+        t.add_row(BREAKDOWN_LABELS.get(k, f"  {k[:-2]} (per layer)"), _ms(v), "", "")
     t.add_row("utilization", f"{s['utilization_mean']:.1%}", "", "")
     t.add_row("throughput", f"{s['tokens_per_s_mean']:.4g} tok/s", "", "")
     Console().print(t)
@@ -219,7 +264,7 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.4g} ms" if x >= 1e-4 else f"{x * 1e6:.4g} us"
 
 
-def simulate_streamed(args, setup, traces, key, source: str) -> int:
+def simulate_streamed(args, setup, traces, key, source: str, prov: dict) -> int:
     """The CLI's `simulate --stream` / `--resume` (see the module doc); prints the summary and
     writes summary.json when the last trace is done."""
     if args.resume and not args.out:
@@ -261,6 +306,7 @@ def simulate_streamed(args, setup, traces, key, source: str) -> int:
                         ("comm_s", "compute_s", "memory_s", "attention_s") if k in sums.means},
         "tokens_per_s_mean": sums.mean("tokens_per_s"),
         "wall_s": wall,
+        "provenance": prov,
         "streamed": {
             "traces_this_call": done_now,
             "chunk": meta["chunk"],

@@ -12,10 +12,12 @@ import numpy as np
 from moejax import systems
 from moejax.cli.args import DEFAULT_GEN, add_distributed_arguments, positive_int
 from moejax.errors import ConfigError
+from moejax.output import provenance
 from moejax.output.results import atomic_write_csv, atomic_write_json
 from moejax.output.status import live_status
 from moejax.runner import distributed, sweep
-from moejax.trace import gen
+from moejax.trace import fit, gen
+from moejax.trace import provenance as trace_provenance
 from moejax.trace.requests import WORKLOADS
 
 
@@ -32,7 +34,8 @@ def add_parser(sub):
     s.add_argument("--traces", type=positive_int, default=64)
     s.add_argument("--iterations", type=positive_int, default=1)
     s.add_argument("--layers", type=positive_int, default=1)
-    s.add_argument("--trace-gen", default=DEFAULT_GEN, help="generator spec")
+    s.add_argument("--trace-gen", default=DEFAULT_GEN,
+                   help="generator spec, or a fit file (.json: its pooled spec)")
     s.add_argument("--metric", default="latency_s", help="per-trace metric summarized as "
                    "mean / p50 / p99 and plotted (default latency_s)")
     s.add_argument("--points-per-call", type=positive_int, default=None,
@@ -61,7 +64,7 @@ def command(args) -> int:
         return _serving(args, setup, entry, points, varies)
     m = setup.model
     key = jax.random.key(args.seed)
-    spec = gen.parse_spec(args.trace_gen)
+    spec = fit.load_spec(args.trace_gen)  # a spec, or a fit file's pooled spec
     traces = gen.generate(spec, key, num_traces=args.traces, iterations=args.iterations,
                           layers=args.layers, tokens=args.tokens, num_experts=m.num_experts,
                           top_k=m.top_k)
@@ -97,6 +100,9 @@ def command(args) -> int:
         "metric": args.metric, "wall_s": wall,
         "best": {k: float(v[int(np.argmin(cols[f'{args.metric}_mean']))])
                  for k, v in cols.items()},
+        "provenance": provenance.record(args.seed, {
+            **trace_provenance.generated(gen.spec_to_str(spec), args.seed),
+            **({"fit": args.trace_gen} if args.trace_gen.strip().endswith(".json") else {})}),
     })
     print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
     return 0
@@ -144,6 +150,8 @@ def _serving(args, setup, entry, points, varies) -> int:
         "best": {k: float(v[int(np.argmin(cols[metric]) if metric != "throughput_tok_s"
                                 else np.argmax(cols[metric]))])
                  for k, v in cols.items()},
+        "provenance": provenance.record(args.seed, {
+            "kind": "request streams", "workload": args.workload, "seed": args.seed}),
     })
     print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
     return 0

@@ -3,16 +3,19 @@ fit and compare routing traces; and the `simulate --trace` argument check."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import jax
 
+from moejax.cli import trace_tools
 from moejax.cli.args import positive_int
 from moejax.errors import ConfigError
+from moejax.output import provenance as run_provenance
 from moejax.output.progress import study_progress
 from moejax.output.results import atomic_write_json
 from moejax.runner import budget
-from moejax.trace import analysis, compare, fit, gen, importers, summary
+from moejax.trace import analysis, compare, fit, gen, importers, provenance, summary
 from moejax.trace import io as trace_io
 
 
@@ -38,6 +41,7 @@ def add_parser(sub):
     _add_import_parser(tsub)
     _add_fit_parser(tsub)
     _add_compare_parser(tsub)
+    trace_tools.add_parsers(tsub)
     t.set_defaults(fn=run)
     return t
 
@@ -54,7 +58,9 @@ def run_gen(args) -> int:
                                 tokens=args.tokens, num_experts=args.experts, top_k=args.top_k)
     budget.check_whole_batch(lazy)  # the file is written whole: fits, or one line
     tr = lazy.materialize()
-    trace_io.save(args.out, tr, {"generator": gen.spec_to_str(spec), "seed": args.seed})
+    spec_s = gen.spec_to_str(spec)
+    trace_io.save(args.out, tr, {"generator": spec_s, "seed": args.seed,
+                                 provenance.KEY: provenance.generated(spec_s, args.seed)})
     print(f"wrote {args.out}: {args.traces} traces x {args.iterations} iterations x "
           f"{args.layers} layers x {args.tokens} tokens, E={args.experts}, k={args.top_k}")
     return 0
@@ -72,7 +78,11 @@ def _add_import_parser(tsub) -> None:
     p.add_argument("--top-k", type=positive_int, default=None)
     p.add_argument("--tokens-per-iteration", type=positive_int, default=None,
                    help="esft: cut the token stream into iterations of this many tokens "
-                   "(default: one iteration per sequence)")
+                   "(default: one iteration per sequence); jsonl without a step field: cut "
+                   "each layer's tokens into iterations of this many")
+    p.add_argument("--last-iteration", choices=importers.LAST_ITERATION, default=None,
+                   help="with --tokens-per-iteration, a last iteration shorter than the rest: "
+                   "keep or drop it (default: keep it, with a warning)")
     p.add_argument("--keep-last-token", action="store_true",
                    help="esft: keep each sequence's last token (a logging artifact)")
     p.add_argument("--field", action="append", metavar="OURS=THEIRS", default=None,
@@ -132,15 +142,24 @@ def run_compare(args) -> int:
 
 
 def run_import(args) -> int:
+    """`moejax trace import`: write the trace with its provenance (source, importer and
+    options) in the meta; print what was mapped, dropped and assumed, and any warning."""
     opts = {}
+    cut = {"tokens_per_iteration": args.tokens_per_iteration,
+           "last_iteration": args.last_iteration}
     if args.format == "esft":
-        opts = {"tokens_per_iteration": args.tokens_per_iteration,
-                "drop_last_token": not args.keep_last_token}
-    elif args.tokens_per_iteration or args.keep_last_token:
-        raise ConfigError("--tokens-per-iteration / --keep-last-token: esft format only")
+        opts = {**cut, "drop_last_token": not args.keep_last_token}
+    elif args.keep_last_token:
+        raise ConfigError("--keep-last-token: esft format only")
+    elif args.format != "jsonl" and (args.tokens_per_iteration or args.last_iteration):
+        raise ConfigError("--tokens-per-iteration / --last-iteration: esft and jsonl formats "
+                          "only")
+    if args.last_iteration and not args.tokens_per_iteration:
+        raise ConfigError("--last-iteration: only with --tokens-per-iteration (the "
+                          "iterations it cuts can end short)")
     jsonl_opts = {"fields": importers.parse_field_map(args.field),
                   "ignore_unknown": args.ignore_unknown_fields,
-                  "ragged": "truncate" if args.truncate_to_common else "error"}
+                  "ragged": "truncate" if args.truncate_to_common else "error", **cut}
     if args.format == "jsonl":
         opts = jsonl_opts
     elif args.field or args.ignore_unknown_fields or args.truncate_to_common:
@@ -148,6 +167,13 @@ def run_import(args) -> int:
                           "format only")
     tr, meta = importers.import_trace(args.format, args.src, num_experts=args.experts,
                                       top_k=args.top_k, progress=not args.quiet, **opts)
+    given = {"num_experts": args.experts, "top_k": args.top_k, **opts}
+    meta[provenance.KEY] = provenance.imported(
+        args.format, args.src, {k: v for k, v in given.items() if v is not None},
+        run_provenance.version())
+    for w in meta.get("warnings", ()):
+        print(f"moejax: warning: {w}", file=sys.stderr)
+    print_report(meta.get("report", {}))
     trace_io.save(args.out, tr, meta)
     kind = "token-level" if tr.has_tokens else "counts-only"
     print(f"wrote {args.out}: {tr.num_iterations} iterations x {tr.num_layers} layers, "
@@ -160,8 +186,18 @@ def run_import(args) -> int:
     return 0
 
 
+def print_report(report: dict) -> None:
+    """The import's "mapped", "dropped" and "assumed" lines."""
+    mapped = report.get("mapped") or {}
+    if mapped:
+        print("mapped:  " + "; ".join(f"{k} <- {v}" for k, v in mapped.items()))
+    print("dropped: " + ("; ".join(report.get("dropped") or ()) or "nothing"))
+    for a in report.get("assumed") or ():
+        print(f"assumed: {a}")
+
+
 def run_fit(args) -> int:
-    tr, _ = trace_io.load(args.file)
+    tr, meta = trace_io.load(args.file)
     if tr.batch_shape:
         if tr.batch_shape != (1,):
             raise ConfigError(f"file: fit takes one recording, {args.file} holds "
@@ -178,7 +214,8 @@ def run_fit(args) -> int:
         fam = families[0] if len(families) == 1 else res.get("best")
         if fam is None:
             raise ConfigError("family: no family could be fitted; see the errors above")
-        fit.save_fit(args.out, res, fam, source=str(args.file))
+        fit.save_fit(args.out, res, fam, source=str(args.file),
+                     data=provenance.describe(args.file, meta))
         print(f"wrote {args.out} ({fam}); use: moejax simulate --trace-gen {args.out}")
     return 0
 
@@ -190,6 +227,7 @@ def run_inspect(args) -> int:
         if out and Path(out).is_dir():
             raise ConfigError(f"--{opt}: {out} is a folder; give a file name")
     tr, meta = trace_io.load(args.file)
+    print(f"data: {run_provenance.one_line(provenance.describe(args.file, meta))}")
     s = summary.summarize(tr)
     print(summary.format_summary(s))
     inspect_extra(tr, meta, args.plot, args.json, s)

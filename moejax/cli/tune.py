@@ -122,8 +122,10 @@ def finish(args, cfg, res) -> int:
     """Print the hard-mode held-out table; export the policy if asked."""
     if cfg.relaxation == "smoothed":
         return _finish_smoothed(args, cfg, res)
+    held = (f"the iterations of {cfg.trace} after its first {cfg.train_fraction:g}"
+            if cfg.trace else f"{cfg.eval_traces} traces of {cfg.trace_gen}")
     t = Table(title=f"{cfg.system} {', '.join(cfg.params)} on {cfg.hardware}, {cfg.model}: "
-                    f"held-out, hard mode ({cfg.eval_traces} traces)")
+                    f"held-out, hard mode ({held})")
     budget = any("budget" in s for s in res.evaluation.values())
     fwd = any("forward_ms_mean" in s for s in res.evaluation.values())
     cols = ("values", "latency mean ms", "p99 ms", "max/mean device load")

@@ -209,7 +209,7 @@ def build(cfg: RebalanceConfig, num_iterations: int) -> System:
             run=run,
         )
         return new, {"layer_latency_s": layers["latency_s"].mean(), "forward_s": forward + stall,
-                     "replan": replan}
+                     "comm_s": layers["comm_s"].mean(), "replan": replan}
 
     def finish(params: RebalanceParams, state: RebalanceState, outs):
         s, tot, mean = state.run.sums, state.run.totals, state.run.means()
@@ -227,6 +227,7 @@ def build(cfg: RebalanceConfig, num_iterations: int) -> System:
             "tokens_per_s": state.tokens / jnp.maximum(s["forward_s"], 1e-30),
             "layer_latency_per_iter_s": outs["layer_latency_s"],
             "forward_per_iter_s": outs["forward_s"],
+            "comm_per_iter_s": outs["comm_s"],
             "replan_per_iter": outs["replan"],
         }
 
@@ -259,13 +260,33 @@ def check_options(t) -> None:
     _read_options(t)
 
 
+def plan_live_from(window: int, migration: str) -> int:
+    """The first iteration a plan made from iterations 0 .. window-1 serves: the plan is made
+    at iteration `window` and serves it ('blocking', 'free') or goes live at the next one
+    ('overlapped'). The iterations from here on are held out from the first plan."""
+    return int(window) + (1 if migration == "overlapped" else 0)
+
+
+def held_out_from(options) -> int:
+    """`plan_live_from` of a policy's options (a mapping; defaults as `_read_options`)."""
+    o = dict(options)
+    return plan_live_from(int(o.get("window", 1)), str(o.get("migration", "overlapped")))
+
+
 def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
-    """(System, params) from a policy's options; the window must fit the recording."""
+    """(System, params) from a policy's options. The first plan must go live inside the
+    trace: a window as long as the trace (or, with overlapped migration, one iteration
+    shorter) would never serve a plan and score plain EP under this policy's name."""
     opts, interval, window = _read_options(t)
-    if window > num_iterations:
-        raise ConfigError(f"{t.where}: key 'window' = {window} iterations is longer than the "
-                          f"trace ({num_iterations} iterations); allowed: 1 .. {num_iterations}")
     cfg = make_config(platform, model, max_window=window, **opts)
+    live = plan_live_from(window, opts["migration"])
+    if live >= num_iterations:
+        longest = num_iterations - (live - window) - 1
+        allowed = f"1 .. {longest}" if longest >= 1 else "none: the trace is too short"
+        raise ConfigError(f"{t.where}: key 'window' = {window} iterations leaves no iteration "
+                          f"for the plan to serve in a trace of {num_iterations} iterations "
+                          f"({opts['migration']} migration: the plan serves from iteration "
+                          f"{live}); allowed: {allowed}, or a longer trace")
     return build(cfg, num_iterations), default_params(cfg, interval, window)
 
 

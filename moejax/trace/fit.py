@@ -378,8 +378,10 @@ def fit(trace: Trace, families=FIT_FAMILIES, *, holdout: bool = True, key=None,
 # ------------------------------------------------------------------ saved fits
 
 
-def save_fit(path, result: dict, family: str, source: str = "") -> Path:
-    """Write the fitted specs of `family` from a `fit` result as JSON (atomically)."""
+def save_fit(path, result: dict, family: str, source: str = "",
+             data: dict | None = None) -> Path:
+    """Write the fitted specs of `family` from a `fit` result as JSON (atomically); `data`:
+    the fitted trace's provenance (`moejax.trace.provenance`), kept under "provenance"."""
     res = result["families"].get(family)
     if res is None or "error" in res:
         why = res["error"] if res else "not fitted"
@@ -395,6 +397,7 @@ def save_fit(path, result: dict, family: str, source: str = "") -> Path:
         "layers": res["layers"],
         "moments_matched": res.get("moments_matched"),
         "verdict": res.get("verdict"),
+        "provenance": data or {},
     }
     path = Path(path)
     atomic_write_json(path, doc)

@@ -132,6 +132,23 @@ def load(path: str | os.PathLike) -> tuple[Trace, dict]:
     return trace, meta
 
 
+def load_meta(path: str | os.PathLike) -> dict:
+    """The meta of a trace file without loading its arrays (what a summary records of it)."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"path: no such file {str(path)!r}")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arr = _read(npz, "meta", path)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise TraceError(f"path: {str(path)!r} is not a readable .npz trace ({err})") from None
+    try:
+        meta = json.loads(str(arr))
+    except json.JSONDecodeError as err:
+        raise TraceError(f"meta: not valid JSON ({err})") from None
+    return meta if isinstance(meta, dict) else {}
+
+
 def _check_counts(trace: Trace) -> None:
     """Counts of a token-level trace must equal the counts of its real tokens' ids."""
     if not trace.has_tokens:

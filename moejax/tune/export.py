@@ -14,7 +14,10 @@ from pathlib import Path
 
 from moejax.catalog.schema import read_toml
 from moejax.errors import ConfigError
+from moejax.output import provenance
 from moejax.output.results import atomic_write_text
+from moejax.trace import io as trace_io
+from moejax.trace import provenance as trace_provenance
 
 
 def _toml_value(v) -> str:
@@ -54,10 +57,14 @@ def policy_text(base, overrides: dict, run: dict, step: int, description: str = 
                            f"{run.get('hardware')}")
     header = header or (
         f"# Tuned by `moejax tune` (moejax.tune): {params} of policy {base.name!r},\n"
-        f"# {run.get('steps')} steps on {run.get('traces')} traces of {run.get('trace_gen')}, "
-        f"{run.get('tokens')} tokens x {run.get('iterations')} iterations x "
-        f"{run.get('layers')} layers, seed {run.get('seed')}, loss {run.get('loss')}; "
-        f"checkpoint step {step}.")
+        + (f"# {run.get('steps')} steps on recording {run.get('trace')} (the first "
+           f"{run.get('train_fraction'):g} of its iterations; the rest held out),\n"
+           f"# data: {data_line(run['trace'])},\n# seed {run.get('seed')}, "
+           if run.get("trace") else
+           f"# {run.get('steps')} steps on {run.get('traces')} traces of {run.get('trace_gen')}, "
+           f"{run.get('tokens')} tokens x {run.get('iterations')} iterations x "
+           f"{run.get('layers')} layers, seed {run.get('seed')}, ")
+        + f"loss {run.get('loss')}; checkpoint step {step}.")
     lines = [
         *header.rstrip("\n").split("\n"),
         f"system = {_toml_value(base.system)}",
@@ -68,6 +75,12 @@ def policy_text(base, overrides: dict, run: dict, step: int, description: str = 
     ]
     lines += [f"{k} = {_toml_value(options[k])}" for k in sorted(options)]
     return "\n".join(lines) + "\n"
+
+
+def data_line(trace_path: str) -> str:
+    """One line naming a recording's data (source, importer, derivation steps)."""
+    meta = trace_io.load_meta(trace_path)
+    return provenance.one_line(trace_provenance.describe(trace_path, meta)).replace("\n", " ")
 
 
 def write_policy(path: str | Path, prob, hard: dict, step: int, description: str = "",

@@ -141,7 +141,8 @@ def tune(cfg, out: str | Path, *, resume: bool, progress: bool, callback,
     evaluation = loop.evaluate(prob, hard) if evaluate_heldout else {}
     if evaluate_heldout and writer:
         atomic_write_json(Path(out) / "summary.json",
-                          {"run": cfg.spec(), "step": step, "final_loss": history[-1],
+                          {"run": loop.run_record(cfg), "provenance": loop.run_provenance(cfg),
+                           "step": step, "final_loss": history[-1],
                            "processes": distributed.process_count(),
                            "evaluation": evaluation})
     return loop.TuneResult(raw, hard, history, evaluation, step)

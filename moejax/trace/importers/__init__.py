@@ -21,10 +21,11 @@ Formats (see `docs/traces.md` for examples):
              `{"layer": 0, "experts": [5, 12], "weights": [0.6, 0.4], "step": 3,
              "request": 7}` or one step of one layer: `{"layer": 0, "experts": [[5, 12],
              [1, 2]], "weights": [[...], [...]], "step": 3, "requests": [7, 8]}`. `weights`,
-             `step` (default 0) and `request(s)` (default -1) are optional. Steps become
-             iterations (in increasing order); within a step and layer, tokens keep the order
-             of their records, and every layer of a step must hold the same token count
-             (or `ragged="truncate"`). `fields` maps these names to a recorder's own keys;
+             `step` (default 0), `request(s)` (default -1) and `token` (ids) are optional. Steps
+             become iterations (in increasing order); within a step and layer, tokens are
+             lined up by `token` id (or, without ids, keep the order of their records), and
+             every layer of a step must route the same tokens (or `ragged="truncate"`).
+             `fields` maps these names to a recorder's own keys;
              `ignore_unknown` drops the recorder's other fields.
 `counts-csv` a header `layer,0,1,...,E-1` (or `iteration,layer,0,...`), then one row per
              (iteration, layer) of token counts per expert; every pair exactly once.
@@ -41,10 +42,11 @@ from moejax.trace.importers.counts_csv import import_counts_csv
 from moejax.trace.importers.esft import import_esft
 from moejax.trace.importers.jsonl import JSONL_FIELDS, RAGGED, import_jsonl, parse_field_map
 from moejax.trace.importers.olmoe import import_olmoe, restricted_unpickle
+from moejax.trace.importers.reading import LAST_ITERATION
 
 __all__ = [
-    "FORMATS", "JSONL_FIELDS", "RAGGED", "import_counts_csv", "import_esft", "import_jsonl",
-    "import_olmoe", "import_trace", "parse_field_map", "restricted_unpickle",
+    "FORMATS", "JSONL_FIELDS", "LAST_ITERATION", "RAGGED", "import_counts_csv", "import_esft",
+    "import_jsonl", "import_olmoe", "import_trace", "parse_field_map", "restricted_unpickle",
 ]
 
 FORMATS = ("esft", "olmoe", "jsonl", "counts-csv")
@@ -53,7 +55,32 @@ FORMATS = ("esft", "olmoe", "jsonl", "counts-csv")
 def import_trace(fmt: str, srcs: Sequence, *, num_experts: int | None = None,
                  top_k: int | None = None, progress: bool = False, **options
                  ) -> tuple[Trace, dict]:
-    """Import `srcs` (one path; several for `olmoe`) in format `fmt` (one of FORMATS)."""
+    """Import `srcs` (one path; several for `olmoe`) in format `fmt` (one of FORMATS).
+
+    meta["report"] ({"mapped", "dropped", "assumed"}) says how the source became the trace
+    and meta["warnings"] what the caller should hear about (the CLI prints both)."""
+    tr, meta = _import(fmt, srcs, num_experts=num_experts, top_k=top_k, progress=progress,
+                       **options)
+    report = meta.setdefault("report", {"mapped": {}, "dropped": [], "assumed": []})
+    meta.setdefault("warnings", [])
+    if fmt == "esft":
+        given = {"num_experts": num_experts, "top_k": top_k}
+        defaults = [f"{k}={v}" for k, v in (("num_experts", tr.num_experts),
+                                              ("top_k", tr.top_k)) if not given[k]]
+        if defaults:
+            report["assumed"].insert(0, f"{', '.join(defaults)} (DeepSeek-V2-Lite, ESFT's "
+                                     "model; --experts / --top-k for another)")
+    if fmt == "olmoe":
+        report["mapped"] = {"iterations": f"one per file ({tr.num_iterations})",
+                            "layers": f"recorded layers {meta.get('layers')}"}
+        report["assumed"].append("counts only: no per-token choices, so no token order")
+    if fmt == "counts-csv":
+        report["mapped"] = {"rows": "one per (iteration, layer)", "columns": "experts 0..E-1"}
+        report["assumed"].append("counts only: no per-token choices, so no token order")
+    return tr, meta
+
+
+def _import(fmt: str, srcs: Sequence, *, num_experts, top_k, progress, **options):
     if fmt not in FORMATS:
         raise ConfigError(f"format: unknown {fmt!r}; allowed: {', '.join(FORMATS)}")
     srcs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)

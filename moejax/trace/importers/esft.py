@@ -14,12 +14,14 @@ import numpy as np
 from moejax.errors import TraceError
 from moejax.trace.core import Trace
 from moejax.trace.importers.reading import (
+    LAST_ITERATION,
     byte_progress,
     check_experts_top_k,
     check_ids,
     check_weights,
     error,
     read_lines,
+    short_last,
     token_trace,
 )
 
@@ -75,8 +77,8 @@ def _parse_esft_line(path, line: int, text: str, ended: bool, k: int, num_expert
 
 
 def import_esft(src, *, num_experts: int = 64, top_k: int = 6, drop_last_token: bool = True,
-                tokens_per_iteration: int | None = None, progress: bool = False
-                ) -> tuple[Trace, dict]:
+                tokens_per_iteration: int | None = None, progress: bool = False,
+                last_iteration: str | None = None) -> tuple[Trace, dict]:
     """ESFT per-layer logs of one task folder -> token-level Trace [I, L, N, K] and meta.
 
     One iteration per sequence (N = longest sequence, shorter ones masked), or, with
@@ -84,8 +86,17 @@ def import_esft(src, *, num_experts: int = 64, top_k: int = 6, drop_last_token: 
     iterations of that many tokens (the last one partial). `drop_last_token` drops each
     sequence's final token, whose router puts ~0.99 on one expert (an artifact of the
     logging, SOURCE.md). Weights are the logged softmax probabilities (not renormalized).
+    A short last iteration is kept with a warning, or kept / dropped by `last_iteration`
+    ("keep" / "drop"); meta["report"] says what was mapped, dropped and assumed and
+    meta["warnings"] lists the warnings.
     """
     check_experts_top_k(num_experts, top_k, "esft")
+    if last_iteration not in (None, *LAST_ITERATION):
+        raise TraceError(f"last_iteration: unknown {last_iteration!r}; allowed: "
+                         f"{', '.join(LAST_ITERATION)}")
+    if last_iteration is not None and tokens_per_iteration is None:
+        raise TraceError("--last-iteration: only with --tokens-per-iteration (one iteration "
+                         "per sequence has no short last iteration)")
     folder = Path(src)
     if not folder.is_dir():
         raise TraceError(f"{folder}: esft source must be a folder of expert_weights_<L>.txt")
@@ -158,4 +169,18 @@ def import_esft(src, *, num_experts: int = 64, top_k: int = 6, drop_last_token: 
         "drop_last_token": drop_last_token,
         "weights": "softmax probability over all experts (not renormalized over top-k)",
     }
+    report = {"mapped": {"layers": f"{files[0].name} .. {files[-1].name} -> layers 0.."
+                         f"{len(files) - 1}", "experts": "ids before the tab-tab",
+                         "weights": "numbers after it"},
+              "dropped": [f"each sequence's last token ({len(seq_ids)} tokens, a logging "
+                          "artifact; --keep-last-token keeps them)"] if drop_last_token else [],
+              "assumed": [f"line i of every layer file is the same sequence ({len(seq_ids)} "
+                          "sequences)", "one iteration per sequence" if tokens_per_iteration
+                          is None else f"sequences concatenated, iterations of "
+                          f"{tokens_per_iteration} tokens"]}
+    warnings: list[str] = []
+    if tokens_per_iteration is not None:
+        trace, meta = short_last(trace, meta, tokens_per_iteration, last_iteration, warnings,
+                                 report)
+    meta["report"], meta["warnings"] = report, warnings
     return trace, meta

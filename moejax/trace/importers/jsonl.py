@@ -13,6 +13,7 @@ import numpy as np
 from moejax.errors import ConfigError, TraceError
 from moejax.trace.core import Trace
 from moejax.trace.importers.reading import (
+    LAST_ITERATION,
     Grow,
     byte_progress,
     check_experts_top_k,
@@ -20,6 +21,7 @@ from moejax.trace.importers.reading import (
     check_weights,
     error,
     read_lines,
+    short_last,
     token_trace,
 )
 
@@ -52,6 +54,7 @@ def _jsonl_ids(path, line, rec, name, nested: bool, k: int | None):
 
 JSONL_FIELDS = ("layer", "experts", "weights", "step", "request", "requests", "token")
 RAGGED = ("error", "truncate")
+
 
 
 def parse_field_map(items: Sequence[str] | None) -> dict[str, str]:
@@ -88,9 +91,11 @@ def _dig(rec: dict, dotted: str):
     return cur
 
 
-def _map_record(path, n, rec: dict, fields: dict[str, str], ignore_unknown: bool) -> dict:
+def _map_record(path, n, rec: dict, fields: dict[str, str], ignore_unknown: bool,
+                dropped: set | None = None) -> dict:
     """The record under moejax's field names: mapped fields taken from the recorder's keys,
-    unknown keys an error (or dropped with `ignore_unknown`)."""
+    unknown keys an error (or dropped with `ignore_unknown`, their names added to
+    `dropped`)."""
     out = {}
     used = set()
     for ours in JSONL_FIELDS:
@@ -100,6 +105,8 @@ def _map_record(path, n, rec: dict, fields: dict[str, str], ignore_unknown: bool
         if v is not _MISSING:
             out[ours] = v
     unknown = set(rec) - used
+    if dropped is not None and len(dropped) < 64:
+        dropped.update(unknown)
     if unknown and not ignore_unknown:
         raise error(path, n, sorted(unknown)[0], "unknown field; allowed: layer, experts, "
                     "weights, step, request(s), token (--ignore-unknown-fields drops others; "
@@ -109,7 +116,9 @@ def _map_record(path, n, rec: dict, fields: dict[str, str], ignore_unknown: bool
 
 def import_jsonl(src, *, num_experts: int | None = None, top_k: int | None = None,
                  progress: bool = False, fields: dict[str, str] | None = None,
-                 ignore_unknown: bool = False, ragged: str = "error") -> tuple[Trace, dict]:
+                 ignore_unknown: bool = False, ragged: str = "error",
+                 tokens_per_iteration: int | None = None,
+                 last_iteration: str | None = None) -> tuple[Trace, dict]:
     """JSONL per-token or per-step routing records -> token-level Trace and meta.
 
     Real recorders name fields their own way and add their own (a dataset name, a token
@@ -120,18 +129,38 @@ def import_jsonl(src, *, num_experts: int | None = None, top_k: int | None = Non
     layer in record order, n = the step's smallest layer, and reports how many token
     records it dropped in meta["dropped_tokens"] (positions are matched by record order, as
     the Trace has one token axis shared by all layers).
+
+    With a `token` field (an integer per token record, a list per step record) tokens are
+    lined up across layers by their id, not by record order: every layer of a step must
+    route the same token ids (`ragged="truncate"` keeps the ids every layer routed), and a
+    token id twice in one step and layer is an error. A `--field` whose recorder key appears
+    in no record is an error, never a silent default. Without any `step` field the records
+    are one iteration (a warning says so) unless `tokens_per_iteration` cuts each layer's
+    tokens (in token-id order when there are ids, else record order) into iterations of
+    that many; a short last iteration is kept with a warning (`last_iteration="keep"`
+    keeps it silently, `"drop"` drops it). meta["report"] says what was mapped, dropped
+    and assumed; meta["warnings"] lists the warnings.
     """
     check_experts_top_k(num_experts, top_k, "jsonl")
     if ragged not in RAGGED:
         raise ConfigError(f"ragged: unknown {ragged!r}; allowed: {', '.join(RAGGED)}")
     fields = dict(fields or {})
+    if last_iteration not in (None, *LAST_ITERATION):
+        raise ConfigError(f"last_iteration: unknown {last_iteration!r}; allowed: "
+                          f"{', '.join(LAST_ITERATION)}")
+    if tokens_per_iteration is not None:
+        check_experts_top_k(tokens_per_iteration, None, "tokens_per_iteration")
     path = Path(src)
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
     k = top_k
     step, layer, req, line = Grow(np.int64), Grow(np.int64), Grow(np.int64), Grow(np.int64)
+    tok = Grow(np.int64)
     ids_g = w_g = None
-    has_weights = None
+    has_weights = has_token = None
+    seen: set[str] = set()  # moejax field names found in some record
+    dropped_keys: set[str] = set()
+    header = None
     with open(path, "rb") as f, byte_progress(path.stat().st_size, f"jsonl {path.name}",
                                               progress) as advance:
         for n, text, ended in read_lines(f, path, _json_key_before):
@@ -158,8 +187,10 @@ def import_jsonl(src, *, num_experts: int | None = None, top_k: int | None = Non
                     raise error(path, n, "header", f"num_experts={he}, top_k={hk} disagree with "
                                 f"the given num_experts={num_experts}, top_k={top_k}")
                 num_experts, k = he, hk
+                header = {"num_experts": he, "top_k": hk}
                 continue
-            rec = _map_record(path, n, rec, fields, ignore_unknown)
+            rec = _map_record(path, n, rec, fields, ignore_unknown, dropped_keys)
+            seen.update(rec)
             if num_experts is None:
                 raise error(path, n, "num_experts", "unknown: give --experts or a header line "
                             '{"num_experts": E, "top_k": K}')
@@ -196,8 +227,19 @@ def import_jsonl(src, *, num_experts: int | None = None, top_k: int | None = Non
             if r.shape != (len(ids),) or r.dtype.kind not in "iu":
                 raise error(path, n, "requests" if nested else "request",
                             f"expected {'one integer per token' if nested else 'an integer'}")
+            if has_token is None:
+                has_token = "token" in rec
+            if ("token" in rec) != has_token:
+                raise error(path, n, "token", "present in some records and not others")
+            tk = rec.get("token", -1)
+            tk = np.asarray(tk) if nested else np.asarray([tk])
+            if has_token and (tk.shape != (len(ids),) or tk.dtype.kind not in "iu"
+                              or (tk < 0).any()):
+                want = "a list of one integer >= 0 per token" if nested else "an integer >= 0"
+                raise error(path, n, "token", f"expected {want}, got {rec['token']!r:.60}")
             if ids_g is None:
                 ids_g, w_g = Grow(np.int32, k), Grow(np.float32, k)
+            tok.extend(np.broadcast_to(tk, (len(ids),)))
             ids_g.extend(ids)
             w_g.extend(w)
             step.extend(np.full(len(ids), rec.get("step", 0)))
@@ -206,16 +248,75 @@ def import_jsonl(src, *, num_experts: int | None = None, top_k: int | None = Non
             line.extend(np.full(len(ids), n))
     if ids_g is None:
         raise TraceError(f"{path}: no routing records")
-    return _assemble(path, step.array(), layer.array(), req.array(), ids_g.array(),
-                     w_g.array(), num_experts, line.array(), ragged)
+    for ours, theirs in fields.items():
+        if ours not in seen:
+            raise ConfigError(f"--field {ours}={theirs}: key {theirs!r} appears in none of "
+                              f"the records of {path}; their keys: "
+                              f"{', '.join(sorted(dropped_keys | seen)[:12])}")
+    report = {"mapped": {f: fields.get(f, f) for f in JSONL_FIELDS if f in seen},
+              "dropped": sorted(dropped_keys) if ignore_unknown else [], "assumed": []}
+    if header is not None:
+        report["assumed"].append(f"num_experts={header['num_experts']}, "
+                                 f"top_k={header['top_k']} from the header line")
+    if not has_weights:
+        report["assumed"].append(f"no weights field: uniform gate weights 1/{k}")
+    if not {"request", "requests"} & seen:
+        report["assumed"].append("no request field: tokens not tied to requests (-1)")
+    warnings: list[str] = []
+    steps_arr, tok_arr = step.array(), tok.array() if has_token else None
+    if "step" not in seen:
+        if tokens_per_iteration is None:
+            warnings.append(f"{path}: no step field in any record: every layer's tokens are "
+                            "one iteration (prefill and decode steps blended?); --field "
+                            "step=KEY maps the recorder's step, --tokens-per-iteration N cuts "
+                            "the tokens into iterations")
+        else:
+            steps_arr = _cut_steps(layer.array(), tok_arr, tokens_per_iteration)
+            report["assumed"].append(f"no step field: iterations of {tokens_per_iteration} "
+                                     "tokens cut in " + ("token-id" if has_token else "record")
+                                     + " order")
+    elif tokens_per_iteration is not None:
+        raise ConfigError(f"--tokens-per-iteration: {path} records steps (field "
+                          f"{fields.get('step', 'step')!r}); it cuts only a trace without steps")
+    if not has_token:
+        report["assumed"].append("no token field: tokens lined up across layers by record "
+                                 "order within each step and layer")
+    trace, meta = _assemble(path, steps_arr, layer.array(), req.array(), ids_g.array(),
+                            w_g.array(), num_experts, line.array(), ragged, tok_arr)
+    if tokens_per_iteration is not None and "step" not in seen:
+        trace, meta = short_last(trace, meta, tokens_per_iteration, last_iteration, warnings,
+                                 report)
+    meta["report"], meta["warnings"] = report, warnings
+    return trace, meta
 
 
-def _assemble(path, step, layer_ids, req, ids, w, num_experts, line, ragged="error"):
+def _cut_steps(layer_ids, tok, tokens_per_iteration: int):
+    """Step of each token row when the records carry none: each layer's tokens in order
+    (token-id rank over the whole recording when ids are given, else record order) cut into
+    iterations of `tokens_per_iteration`."""
+    if tok is not None:
+        _, rank = np.unique(tok, return_inverse=True)
+        return rank // tokens_per_iteration
+    _, li = np.unique(layer_ids, return_inverse=True)
+    order = np.lexsort((np.arange(len(li)), li))
+    pos = np.empty(len(li), np.int64)
+    first = np.r_[0, np.flatnonzero(np.diff(li[order])) + 1]
+    sizes = np.diff(np.r_[first, len(li)])
+    pos[order] = np.arange(len(li)) - np.repeat(first, sizes)
+    return pos // tokens_per_iteration
+
+
+def _assemble(path, step, layer_ids, req, ids, w, num_experts, line, ragged="error",
+              tok=None):
     """Token rows -> [I, L, N, K]: steps sorted, recorded layers in increasing order (their
-    ids kept in meta["layers"]), tokens in record order per (step, layer)."""
+    ids kept in meta["layers"]), tokens in record order per (step, layer), or in token-id
+    order when `tok` (the token id of every row) is given."""
     steps, si = np.unique(step, return_inverse=True)
     layers, layer = np.unique(layer_ids, return_inverse=True)
     num_layers = len(layers)
+    if tok is not None:
+        return _assemble_by_token(path, steps, si, layers, layer, req, ids, w, num_experts,
+                                  line, ragged, tok)
     order = np.lexsort((np.arange(len(step)), layer, si))
     s_o, l_o = si[order], layer[order]
     group = s_o * num_layers + l_o
@@ -237,14 +338,62 @@ def _assemble(path, step, layer_ids, req, ids, w, num_experts, line, ragged="err
                     f"{layers[bad]} but {per[i, full]} at layer {layers[full]} (every layer of "
                     "a step must route the same tokens; --truncate-to-common keeps the common "
                     "tokens and counts what it drops)")
+    keep = pos < common[s_o]  # the first `common` tokens of each (step, layer)
+    return _fill(path, steps, layers, order[keep], s_o[keep], l_o[keep], pos[keep], common,
+                 dropped, req, ids, w, num_experts, ragged)
+
+
+def _assemble_by_token(path, steps, si, layers, layer, req, ids, w, num_experts, line, ragged,
+                       tok):
+    """`_assemble` with token ids: a token's row at every layer lands in one slot."""
+    num_layers = len(layers)
+    _, ti = np.unique(tok, return_inverse=True)
+    num_t = int(ti.max()) + 1
+    cell = (si * num_layers + layer) * num_t + ti  # (step, layer, token)
+    uc, first_row, n_rows = np.unique(cell, return_index=True, return_counts=True)
+    if (n_rows > 1).any():
+        c = int(uc[np.argmax(n_rows > 1)])
+        rows = np.flatnonzero(cell == c)
+        raise error(path, int(line[rows[1]]), "token", f"token {int(tok[rows[0]])} routed "
+                    f"twice at layer {layers[layer[rows[0]]]} of step {steps[si[rows[0]]]} "
+                    f"(lines {int(line[rows[0]])} and {int(line[rows[1]])})")
+    st = si * num_t + ti  # (step, token)
+    ust, n_layers = np.unique(st, return_counts=True)
+    full = n_layers == num_layers
+    complete = np.isin(st, ust[full])
+    dropped = int((~complete).sum())
+    if ragged == "error" and dropped:
+        r = int(np.argmax(~complete))
+        have = set(layer[st == st[r]].tolist())
+        miss = next(j for j in range(num_layers) if j not in have)
+        raise error(path, int(line[r]), "token", f"token {int(tok[r])} of step "
+                    f"{steps[si[r]]} is routed at layer {layers[layer[r]]} but not at layer "
+                    f"{layers[miss]} (every layer of a step must route the same tokens; "
+                    "--truncate-to-common keeps the tokens every layer routed and counts what "
+                    "it drops)")
+    rows = np.flatnonzero(complete)
+    rows = rows[np.lexsort((ti[rows], layer[rows], si[rows]))]
+    s_k, l_k = si[rows], layer[rows]
+    kept_st, pos_in = np.unique(st[rows], return_inverse=True)  # sorted: step, then token
+    step_of = kept_st // num_t
+    first = np.searchsorted(step_of, np.arange(len(steps)))
+    pos = pos_in - first[s_k]
+    common = np.bincount(step_of, minlength=len(steps))
+    return _fill(path, steps, layers, rows, s_k, l_k, pos, common, dropped, req, ids, w,
+                 num_experts, ragged)
+
+
+def _fill(path, steps, layers, rows, s_k, l_k, p_k, common, dropped, req, ids, w,
+          num_experts, ragged):
+    """The trace from the kept rows: row rows[j] goes to (step s_k[j], layer l_k[j], slot
+    p_k[j]); steps without a token common to every layer are dropped."""
+    num_layers = len(layers)
     keep_step = common > 0
     if not keep_step.any():
         raise TraceError(f"{path}: layer: no step has a token at every layer "
                          f"({len(layers)} layers recorded)")
-    keep = pos < common[s_o]  # the first `common` tokens of each (step, layer)
     new_step = np.cumsum(keep_step) - 1
-    s_k, l_k, p_k = new_step[s_o[keep]], l_o[keep], pos[keep]
-    rows = order[keep]
+    s_k = new_step[s_k]
     steps_kept = steps[keep_step]
     n = int(common.max())
     k = ids.shape[-1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -147,3 +148,31 @@ def token_trace(ids, w, mask, num_experts: int, request) -> Trace:
     )
     validate(t, raw=(ids, np.asarray(w, np.float32), mask))
     return t
+
+
+LAST_ITERATION = ("keep", "drop")
+
+
+def short_last(trace: Trace, meta: dict, tokens_per_iteration: int, last_iteration,
+               warnings: list, report: dict) -> tuple[Trace, dict]:
+    """A trace cut into iterations of `tokens_per_iteration` tokens whose last iteration is
+    shorter: kept with a warning (`last_iteration` None), kept ("keep") or dropped ("drop",
+    unless it is the only one). Other traces pass unchanged."""
+    tokens = np.asarray(trace.token_mask).sum(-1)
+    last = int(tokens[-1])
+    if last >= tokens_per_iteration:
+        return trace, meta
+    what = (f"the last iteration holds {last} of {tokens_per_iteration} tokens "
+            f"({trace.num_iterations} iterations)")
+    if last_iteration is None:
+        warnings.append(f"{what}; kept: --last-iteration drop drops it, --last-iteration "
+                        "keep keeps it without this warning")
+    if last_iteration == "drop":
+        if trace.num_iterations == 1:
+            raise TraceError(f"--last-iteration drop: {what}, the only one")
+        trace = jax.tree_util.tree_map(lambda x: x[:-1], trace)
+        meta = {**meta, "tokens": int(meta.get("tokens", last) - last)}
+        report["dropped"].append(f"the short last iteration ({last} tokens)")
+    else:
+        report["assumed"].append(f"the short last iteration ({last} tokens) kept")
+    return trace, meta
