@@ -107,3 +107,32 @@ def test_cli_bad_search_exit_2(tmp_path, extra):
     assert "error:" in lines[-1]
     assert len(lines) == 1 or lines[0].startswith("usage:")  # argparse prints its usage
     assert not out.exists()
+
+
+def test_tuning_study_budget_table_and_claims():
+    from moejax.reproduce import tuning_claims as tc
+    from moejax.reproduce.study import Rows
+
+    curve, final = [], []
+    for m, pts in {"grad": [(16, 10.5), (160, 9.9)], "tpe": [(32, 10.8), (3200, 9.99)],
+                   "random": [(32, 10.6), (6400, 10.3)]}.items():
+        for i, (traces, v) in enumerate(pts):
+            curve.append({"workload": "w", "seed": 0, "method": m, "evals": i + 1,
+                          "layer_traces": traces, "wall_s": traces / 100, "cpu_s": 0.0,
+                          "train_ms": v - 0.1, "heldout_ms": v})
+        final.append({"workload": "w", "seed": 0, "method": m, "heldout_ms": pts[-1][1],
+                      "layer_traces": pts[-1][0], "wall_s": 1.0, "spread_pct": ""})
+    for m, v in (("contiguous", 11.0), ("round-robin", 10.2), ("greedy-balanced", 10.1)):
+        final.append({"workload": "w", "seed": 0, "method": m, "heldout_ms": v,
+                      "layer_traces": 0, "wall_s": 0.0, "spread_pct": ""})
+    final.append({"workload": "w", "seed": 0, "method": "random-median", "heldout_ms": 10.5,
+                  "layer_traces": 0, "wall_s": 0.0, "spread_pct": 8.0})
+    table = tc.budget_table(curve, final)
+    by = {r["method"]: r for r in table}
+    assert by["grad"]["layer_traces_to_1pct"] == 160 and by["grad"]["over_best_pct"] == 0
+    assert by["tpe"]["layer_traces_to_1pct"] == 3200  # 9.99 <= 1.01 * 9.9
+    assert by["random"]["within_1pct_seeds"] == "0/1"
+    got = {c.id: c for c in tc.ep_claims(Rows(curve, extra={"curve": curve, "final": final,
+                                                            "table": table}))}
+    assert got["grad_10x_fewer_traces_w"].holds  # 3200 / 160 = 20
+    assert got["grad_beats_best_heuristic_w"].holds

@@ -70,11 +70,13 @@ METHODS = {
 QUICK = Grid(True, workloads=("qwen3-2x2-t16", "qwen3-4x4-t16"), seeds=(0, 1),
              traces=32, batch=16, eval_traces=128,
              budget=(("grad", 100), ("tpe", 150), ("cmaes", 150), ("random", 400)),
+             grad_steps=(25, 50, 100),
 )
 FULL = Grid(False, workloads=tuple(EP_WORKLOADS), seeds=(0, 1, 2),
             traces=32, batch=16, eval_traces=256,
             budget=(("grad", 400), ("grad-greedy", 400), ("tpe", 1000), ("cmaes", 1000),
                     ("random", 4000)),
+            grad_steps=(25, 50, 100, 200, 400),
             fsedp=True)
 
 
@@ -117,15 +119,19 @@ def ep_placement(grid: Grid) -> Rows:
             for mname, (search, over) in METHODS.items():
                 if mname not in budget:
                     continue
-                cfg = dataclasses.replace(base, search=search, steps=budget[mname],
-                                          **dict(over))
-                s = run_one(cfg)
+                # the gradient anneals over its whole run, so its rounding mid-run is not
+                # what a shorter run ends with: one run per step count, its end point each
+                steps = grid.grad_steps if search == "grad" else (budget[mname],)
+                for n in steps:
+                    cfg = dataclasses.replace(base, search=search, steps=n, **dict(over))
+                    s = run_one(cfg)
+                    pts = s["curve"] if search != "grad" else s["curve"][-1:]
+                    for c in pts:
+                        curve.append({"workload": wname, "seed": seed, "method": mname,
+                                      "evals": c["evals"], "layer_traces": c["layer_traces"],
+                                      "wall_s": c["wall_s"], "cpu_s": c["cpu_s"],
+                                      "train_ms": c["train"], "heldout_ms": c["heldout"]})
                 ev = s["evaluation"]
-                for c in s["curve"]:
-                    curve.append({"workload": wname, "seed": seed, "method": mname,
-                                  "evals": c["evals"], "layer_traces": c["layer_traces"],
-                                  "wall_s": c["wall_s"], "cpu_s": c["cpu_s"],
-                                  "train_ms": c["train"], "heldout_ms": c["heldout"]})
                 b = s["budget"]
                 final.append({"workload": wname, "seed": seed, "method": mname,
                               "heldout_ms": ev["tuned"]["latency_ms"]["mean"],
