@@ -64,6 +64,12 @@ def test_black_box_resume_continues(tmp_path):
     assert res.step == 6 and res.budget["hard_evaluations"] == 6
     lines = (tmp_path / "r" / "trials.jsonl").read_text().splitlines()
     assert len(lines) == 1 + 6
+    again = tune(cfg, tmp_path / "r", progress=False, resume=True)  # finished: no new trials
+    assert again.step == 6 and (np.asarray(again.hard["placement"])
+                                == np.asarray(res.hard["placement"])).all()
+    other = TuneConfig(**{**SMALL, "steps": 6, "seed": 1}, search="random")
+    with pytest.raises(Exception, match="different run"):
+        tune(other, tmp_path / "r", progress=False, resume=True)
 
 
 def test_grid_integer_knob_every_value(tmp_path):

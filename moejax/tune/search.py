@@ -233,6 +233,9 @@ def _study(out: Path, search: str, prob: loop.Problem, resume: bool):
     if path.exists() and not resume:
         raise CheckpointError(f"{out}: already holds a search ({STORE}); pass --resume or "
                               "another --out")
+    if out.is_dir() and not path.exists() and any(p.name.isdigit() for p in out.iterdir()):
+        raise CheckpointError(f"{out}: already holds checkpoints of another run; use "
+                              "another --out")
     study = optuna.create_study(direction="minimize")
     if path.exists():
         lines = path.read_text().splitlines()
@@ -336,8 +339,9 @@ def tune_black_box(cfg: loop.TuneConfig, out: str | Path, *, resume: bool = Fals
             raise CheckpointError(f"{k}: raw parameters do not round back to the searched "
                                   "values (a moejax bug)")
     mgr = ck.Checkpoints(out, every=1, keep=cfg.keep)
-    mgr.save(cfg.steps, ck.flatten_state(raw, prob.optimizer.init(raw)),
-             {"run": cfg.spec(), "history": best_so_far.tolist()}, force=True)
+    if mgr.latest_step() != len(trials):  # else: a finished search resumed, already saved
+        mgr.save(len(trials), ck.flatten_state(raw, prob.optimizer.init(raw)),
+                 {"run": cfg.spec(), "history": best_so_far.tolist()}, force=True)
     mgr.close()
     walls = np.cumsum([t.user_attrs.get("wall_s", 0.0) for t in trials])
     cpus = np.cumsum([t.user_attrs.get("cpu_s", 0.0) for t in trials])
