@@ -32,7 +32,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     u.add_argument("--policy", default="", help=f"base policy (default: {policies})")
     u.add_argument("--param", default="placement",
                    help=f"comma-separated parameter names ({params})")
-    u.add_argument("--steps", type=positive_int, default=200)
+    u.add_argument("--search", default="grad",
+                   help="grad (relaxed-gradient loop) | tpe | cmaes (Optuna samplers) | "
+                   "random | grid (scalar knobs): black-box methods run --steps hard trials "
+                   "on every training trace (docs/tuning.md)")
+    u.add_argument("--steps", type=positive_int, default=200,
+                   help="gradient steps, or trials of a black-box --search")
     u.add_argument("--traces", type=positive_int, default=64, help="training traces")
     u.add_argument("--batch", type=positive_int, default=16, help="traces per step")
     u.add_argument("--eval-traces", type=positive_int, default=256, help="held-out traces")
@@ -115,7 +120,8 @@ def config_from_args(cls, args):
                keep=args.keep, init=args.init, relaxation=args.relaxation,
                capacity=args.capacity, budget=args.budget, requests=args.requests,
                rate_per_s=args.rate_per_s, workload=args.workload, samples=args.samples,
-               trace=args.trace, train_fraction=args.train_fraction, per_layer=args.per_layer)
+               trace=args.trace, train_fraction=args.train_fraction, per_layer=args.per_layer,
+               search=args.search)
 
 
 def finish(args, cfg, res) -> int:
@@ -144,6 +150,11 @@ def finish(args, cfg, res) -> int:
                        f"{'yes' if b['feasible'] else 'NO'}")
         t.add_row(*row)
     Console().print(t)
+    b = res.budget
+    if b:
+        print(f"budget ({b['search']}): {b['layer_traces']} simulated layer-traces, "
+              f"{b['hard_evaluations']} hard + {b['relaxed_evaluations']} relaxed evaluations, "
+              f"wall {b['wall_s']:.1f} s, CPU {b['cpu_s']:.1f} s")
     print(f"checkpoints in {args.out} (step {res.step}); summary in {args.out}/summary.json")
     if args.export:
         path = export.write_policy(args.export, build_problem(cfg, traces=False), res.hard,

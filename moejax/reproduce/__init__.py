@@ -40,6 +40,7 @@ STUDIES: dict[str, str] = {
     "balancing": "moejax.reproduce.balancing",
     "dysharp": "moejax.reproduce.dysharp",
     "epsmoe": "moejax.reproduce.epsmoe",
+    "tuning": "moejax.reproduce.tuning",
 }
 
 

@@ -46,9 +46,15 @@ def names(input_kind: str | None = None) -> list[str]:
     return [k for k, e in SYSTEMS.items() if input_kind in (None, e.input_kind)]
 
 
+# studies that compare methods across several systems rather than reproduce one paper
+CROSS_STUDIES = ("tuning",)
+
+
 def studies() -> list[str]:
-    """The `moejax reproduce` studies of the registered systems, in registry order."""
-    return list(dict.fromkeys(e.study for e in SYSTEMS.values() if e.study))
+    """The `moejax reproduce` studies of the registered systems, in registry order, then
+    the cross-system ones (`CROSS_STUDIES`)."""
+    return list(dict.fromkeys([*(e.study for e in SYSTEMS.values() if e.study),
+                               *CROSS_STUDIES]))
 
 
 def checked_policy(policy: str | Policy) -> Policy:

@@ -5,8 +5,9 @@ problem, the relaxed objective, optax updates, orbax checkpoints, hard-mode eval
 `parallel` (the loop over processes), `smoothed` (Gaussian smoothing for discrete-event
 systems; `rebalancing` smooths EPLB's re-plan interval and window the same way), `run`
 (`tune` / `restore`, which pick among them), `zeroth` (hard-mode grids), `checkpoint`,
-`export` (tuned values -> policy TOML). The families themselves are in `moejax.tunable`.
-See docs/tuning.md.
+`export` (tuned values -> policy TOML), `search` (`--search tpe | cmaes | random | grid`:
+black-box search of the same problem, and the budget accounting of every method). The
+families themselves are in `moejax.tunable`. See docs/tuning.md.
 """
 
 from moejax.tune.loop import TuneConfig, TuneResult, evaluate

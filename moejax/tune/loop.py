@@ -46,6 +46,7 @@ from moejax.tune import targets
 LOSSES = ("mean", "p99", "throughput", "forward")
 RELAXATIONS = ("expected", "system", "lattice", "smoothed")
 INITS = ("default", "greedy", "random", "eplb")
+SEARCHES = ("grad", "tpe", "cmaes", "random", "grid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +98,9 @@ class TuneConfig:
     trace: str = ""
     train_fraction: float = 0.5
     per_layer: bool = False  # ep, dysharp: one placement per trace layer
+    # grad: this loop; tpe, cmaes, random, grid: a black-box search of `steps` hard trials
+    # on the same problem (moejax.tune.search)
+    search: str = "grad"
 
     def __post_init__(self):
         if self.loss not in LOSSES:
@@ -104,6 +108,11 @@ class TuneConfig:
         if self.relaxation not in RELAXATIONS:
             raise ConfigError(f"relaxation = {self.relaxation!r}; allowed: "
                               f"{', '.join(RELAXATIONS)}")
+        if self.search not in SEARCHES:
+            raise ConfigError(f"search = {self.search!r}; allowed: {', '.join(SEARCHES)}")
+        if self.search != "grad" and self.relaxation == "smoothed":
+            raise ConfigError(f"search = {self.search!r} with relaxation = 'smoothed': the "
+                              "smoothed AEP decay is tuned by search = 'grad' only")
         if self.init not in INITS:
             raise ConfigError(f"init = {self.init!r}; allowed: {', '.join(INITS)}")
         for k in ("steps", "traces", "batch", "eval_traces", "tokens", "iterations", "layers",
@@ -438,6 +447,7 @@ class TuneResult:
     history: list
     evaluation: dict
     step: int
+    budget: dict = dataclasses.field(default_factory=dict)  # moejax.tune.search accounting
 
 
 def open_run(cfg: TuneConfig, out: str | Path, resume: bool, raw, opt_state,
@@ -462,9 +472,11 @@ def open_run(cfg: TuneConfig, out: str | Path, resume: bool, raw, opt_state,
 
 def tune_gradient(cfg: TuneConfig, out: str | Path, *, resume: bool = False,
                   progress: bool = True, callback=None,
-                  evaluate_heldout: bool = True) -> TuneResult:
+                  evaluate_heldout: bool = True, observer=None) -> TuneResult:
     """The single-process gradient loop of `moejax.tune.tune` (see the module docstring):
-    optax updates of the relaxed objective, orbax checkpoints, hard held-out evaluation."""
+    optax updates of the relaxed objective, orbax checkpoints, hard held-out evaluation.
+    observer: `moejax.tune.search.GradientObserver` (budget and curve), called with (step,
+    raw) after each update; it then writes summary.json with the budget."""
     prob = build_problem(cfg)
     raw = initial_raw(prob)
     mgr, step, history, raw, opt_state = open_run(cfg, out, resume, raw,
@@ -479,16 +491,21 @@ def tune_gradient(cfg: TuneConfig, out: str | Path, *, resume: bool = False,
                 mgr.save(step, ck.flatten_state(raw, opt_state),
                          {"run": cfg.spec(), "history": history}, force=True)
             advance(float(loss), float(tau_at(cfg, step - 1)), float(gnorm))
+            if observer is not None:
+                observer(step, raw)
             if callback is not None:
                 callback(step, float(loss))
     mgr.close()
     hard = hard_values(prob, raw)
     evaluation = evaluate(prob, hard) if evaluate_heldout else {}
-    if evaluate_heldout:
+    budget = {}
+    if evaluate_heldout and observer is not None:
+        budget = observer.finish(step, history[-1], evaluation)
+    elif evaluate_heldout:
         atomic_write_json(Path(out) / "summary.json",
                           {"run": run_record(cfg), "step": step, "final_loss": history[-1],
                            "evaluation": evaluation, "provenance": run_provenance(cfg)})
-    return TuneResult(raw, hard, history, evaluation, step)
+    return TuneResult(raw, hard, history, evaluation, step, budget)
 
 
 # --- hard-mode evaluation ------------------------------------------------------------------

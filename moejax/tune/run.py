@@ -16,7 +16,7 @@ import jax
 from moejax import systems
 from moejax.errors import CheckpointError, ConfigError
 from moejax.tune import checkpoint as ck
-from moejax.tune import parallel, smoothed
+from moejax.tune import parallel, search, smoothed
 from moejax.tune.loop import (
     Problem,
     TuneConfig,
@@ -45,11 +45,18 @@ def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bo
                           "argmax) is tuned with relaxation = 'smoothed' (Gaussian smoothing)")
     kw = dict(resume=resume, progress=progress, callback=callback,
               evaluate_heldout=evaluate_heldout)
+    if cfg.search != "grad":  # a black-box search of the same problem (moejax.tune.search)
+        if jax.process_count() > 1:
+            raise ConfigError(f"search = {cfg.search!r} runs in one process; allowed over "
+                              "several processes: grad")
+        return search.tune_black_box(cfg, out, **kw)
     if jax.process_count() > 1:  # data-parallel over processes (moejax.runner.distributed)
         return parallel.tune(cfg, out, **kw)
     if cfg.relaxation == "smoothed":
         return smoothed.tune_smoothed(cfg, out, **kw)
-    return tune_gradient(cfg, out, **kw)
+    observer = search.GradientObserver(build_problem(cfg), out, resume) if (
+        evaluate_heldout) else None
+    return tune_gradient(cfg, out, observer=observer, **kw)
 
 
 def restore(out: str | Path, step: int | None = None) -> tuple[Problem, TuneResult]:

@@ -1,0 +1,144 @@
+"""Black-box search of a tuning problem (`moejax tune --search`) and the budget accounting."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from moejax.errors import ConfigError
+from moejax.tune import TuneConfig, restore, tune
+from moejax.tune import search as srch
+from moejax.tune.loop import build_problem, hard_values
+
+SMALL = dict(system="ep", params=("placement",), steps=4, traces=4, batch=4, eval_traces=8,
+             tokens=16, every=2)
+
+
+def test_repair_and_keys_respect_capacity():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        ids = srch.repair(rng.integers(0, 4, 32), 4, 8)
+        assert np.bincount(ids, minlength=4).max() <= 8
+        keys = srch.keys_to_ids(rng.random(32), 8)
+        assert (np.bincount(keys, minlength=4) == 8).all()
+    ok = np.arange(32) % 4
+    assert (srch.repair(ok, 4, 8) == ok).all()  # a valid placement is left alone
+
+
+@pytest.mark.parametrize("method", ["tpe", "cmaes", "random"])
+def test_black_box_placement_summary_restore(tmp_path, method):
+    cfg = TuneConfig(**SMALL, search=method)
+    res = tune(cfg, tmp_path / "run", progress=False)
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    b = s["budget"]
+    assert b["search"] == method and b["hard_evaluations"] == 4
+    assert b["layer_traces"] == 4 * 4 * 1 and b["relaxed_evaluations"] == 0
+    assert b["wall_s"] > 0 and b["cpu_s"] > 0
+    assert [c["evals"] for c in s["curve"]][-1] == 4
+    trains = [c["train"] for c in s["curve"]]
+    assert all(a >= b for a, b in zip(trains, trains[1:], strict=False))  # best so far
+    assert {"tuned", "contiguous", "greedy-balanced"} <= set(s["evaluation"])
+    prob, back = restore(tmp_path / "run")
+    assert (np.asarray(back.hard["placement"]) == np.asarray(res.hard["placement"])).all()
+    assert (np.asarray(hard_values(prob, back.raw)["placement"])
+            == np.asarray(res.hard["placement"])).all()
+    tuned = s["evaluation"]["tuned"]["latency_ms"]["mean"]
+    assert tuned == pytest.approx(s["curve"][-1]["heldout"], rel=1e-5)
+
+
+def test_black_box_resume_continues(tmp_path):
+    cfg = TuneConfig(**{**SMALL, "steps": 6}, search="random")
+
+    def stop(step, loss):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tune(cfg, tmp_path / "r", progress=False, callback=stop)
+    assert not (tmp_path / "r" / "summary.json").exists()
+    with pytest.raises(Exception, match="--resume"):
+        tune(cfg, tmp_path / "r", progress=False)
+    res = tune(cfg, tmp_path / "r", progress=False, resume=True)
+    assert res.step == 6 and res.budget["hard_evaluations"] == 6
+    lines = (tmp_path / "r" / "trials.jsonl").read_text().splitlines()
+    assert len(lines) == 1 + 6
+    again = tune(cfg, tmp_path / "r", progress=False, resume=True)  # finished: no new trials
+    assert again.step == 6 and (np.asarray(again.hard["placement"])
+                                == np.asarray(res.hard["placement"])).all()
+    other = TuneConfig(**{**SMALL, "steps": 6, "seed": 1}, search="random")
+    with pytest.raises(Exception, match="different run"):
+        tune(other, tmp_path / "r", progress=False, resume=True)
+
+
+def test_grid_integer_knob_every_value(tmp_path):
+    cfg = TuneConfig(system="fsedp", params=("num_microslices",), steps=40, traces=2,
+                     batch=2, eval_traces=2, tokens=16, search="grid")
+    prob = build_problem(cfg)
+    f = prob.setup.families["num_microslices"]
+    pts = srch.grid_points(prob, 40)
+    assert [p["num_microslices"] for p in pts] == list(range(f.lo, f.hi + 1))
+    assert len(srch.grid_points(prob, 5)) == 5
+
+
+def test_gradient_budget(tmp_path):
+    res = tune(TuneConfig(**SMALL), tmp_path / "g", progress=False)
+    s = json.loads((tmp_path / "g" / "summary.json").read_text())
+    assert s["budget"]["layer_traces"] == 4 * 4 and s["budget"]["relaxed_evaluations"] == 4
+    assert res.budget["hard_evaluations"] == 0 and s["curve"][-1]["evals"] == 4
+
+
+def test_search_checks():
+    prob = build_problem(TuneConfig(**SMALL))
+    with pytest.raises(ConfigError, match="grid"):
+        srch.check(prob, "grid")
+    rep = build_problem(TuneConfig(**{**SMALL, "params": ("replicas",)}))
+    with pytest.raises(ConfigError, match="replicas"):
+        srch.check(rep, "tpe")
+    with pytest.raises(ConfigError, match="search"):
+        TuneConfig(search="bayes")
+
+
+@pytest.mark.parametrize("extra", [["--search", "nope"], ["--search", "grid"],
+                                   ["--search", "tpe", "--steps", "0"],
+                                   ["--search", "cmaes", "--param", "replicas"]])
+def test_cli_bad_search_exit_2(tmp_path, extra):
+    out = tmp_path / "bad"
+    r = subprocess.run([sys.executable, "-m", "moejax.cli.main", "tune", "--traces", "4",
+                        "--batch", "4", "--eval-traces", "4", "--quiet", "--out", str(out),
+                        *extra], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert "error:" in lines[-1]
+    assert len(lines) == 1 or lines[0].startswith("usage:")  # argparse prints its usage
+    assert not out.exists()
+
+
+def test_tuning_study_budget_table_and_claims():
+    from moejax.reproduce import tuning_claims as tc
+    from moejax.reproduce.study import Rows
+
+    curve, final = [], []
+    for m, pts in {"grad": [(16, 10.5), (160, 9.9)], "tpe": [(32, 10.8), (3200, 9.99)],
+                   "random": [(32, 10.6), (6400, 10.3)]}.items():
+        for i, (traces, v) in enumerate(pts):
+            curve.append({"workload": "w", "seed": 0, "method": m, "evals": i + 1,
+                          "layer_traces": traces, "wall_s": traces / 100, "cpu_s": 0.0,
+                          "train_ms": v - 0.1, "heldout_ms": v})
+        final.append({"workload": "w", "seed": 0, "method": m, "heldout_ms": pts[-1][1],
+                      "layer_traces": pts[-1][0], "wall_s": 1.0, "spread_pct": ""})
+    for m, v in (("contiguous", 11.0), ("round-robin", 10.2), ("greedy-balanced", 10.1)):
+        final.append({"workload": "w", "seed": 0, "method": m, "heldout_ms": v,
+                      "layer_traces": 0, "wall_s": 0.0, "spread_pct": ""})
+    final.append({"workload": "w", "seed": 0, "method": "random-median", "heldout_ms": 10.5,
+                  "layer_traces": 0, "wall_s": 0.0, "spread_pct": 8.0})
+    table = tc.budget_table(curve, final)
+    by = {r["method"]: r for r in table}
+    assert by["grad"]["layer_traces_to_1pct"] == 160 and by["grad"]["over_best_pct"] == 0
+    assert by["tpe"]["layer_traces_to_1pct"] == 3200  # 9.99 <= 1.01 * 9.9
+    assert by["random"]["within_1pct_seeds"] == "0/1"
+    got = {c.id: c for c in tc.ep_claims(Rows(curve, extra={"curve": curve, "final": final,
+                                                            "table": table}))}
+    assert got["grad_10x_fewer_traces_w"].holds  # 3200 / 160 = 20
+    assert got["grad_beats_best_heuristic_w"].holds
