@@ -143,7 +143,7 @@ def _layer(cfg: WaferConfig, params: WaferParams, tau, host, expert_ids, token_m
     ar_busy = jnp.float32(0.0)
     ar_lat = jnp.float32(0.0)
     ar_loads = jnp.zeros(topo.num_links)
-    bw = jnp.asarray(topo.link_Bps, jnp.float32)
+    bw = jnp.asarray(topo.sustained_Bps, jnp.float32)
     mb = jnp.asarray(cfg.micro_batches, jnp.float32)[:, None]
     on = (n_tokens > 0).astype(jnp.float32)
     ar_stage = jnp.zeros(mb.shape[0])

@@ -54,7 +54,7 @@ def phase(traffic: np.ndarray, topo) -> tuple[float, float, np.ndarray]:
             for link in xy_links(topo.rows, topo.cols, s, t):
                 loads[link] += traffic[s, t]
             lat = max(lat, float(topo.path_latency_s[s, t]))
-    return float((loads / topo.link_Bps).max()), lat, loads
+    return float((loads / topo.sustained_Bps).max()), lat, loads
 
 
 def link_direction(rows: int, cols: int, link: int) -> int:
