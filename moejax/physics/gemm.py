@@ -56,6 +56,16 @@ class GemmProfile:
     launch_s: float = 4e-6
     dense_tile_m: tuple[int, ...] = (64, 128)
 
+    @classmethod
+    def of(cls, device, **kw) -> GemmProfile:
+        """The profile of a device: its measured `gemm_efficiency` and `grouped_gemm_derate`
+        (`DeviceSpec`) as clock_share and mma_group when the device states them (not both
+        1); the H800 / H100 defaults above otherwise (003's kernels, the EPS-MoE reading)."""
+        if device.gemm_efficiency == 1.0 and device.grouped_gemm_derate == 1.0:
+            return cls(**kw)
+        return cls(**{"clock_share": device.gemm_efficiency,
+                      "mma_group": device.grouped_gemm_derate, **kw})
+
     @property
     def eff_dense(self) -> float:
         """Share of peak of the dense kernel on every SM."""

@@ -83,7 +83,7 @@ def gemm_times_s(cfg: DyConfig, tokens_de):
     """(GEMM-1 [G], GEMM-2 [G]) seconds: whole tiles per expert (a tile computes at least
     WGMMA_M rows), weights read once."""
     m, dev = cfg.model, cfg.platform.device
-    peak = dev.flops(cfg.gemm_dtype)
+    peak = dev.flops(cfg.gemm_dtype) * (dev.gemm_efficiency * dev.grouped_gemm_derate)
     hf = m.hidden_size * m.expert_ffn_size
     x1, x2 = [], []
     for d in range(cfg.num_devices):
@@ -142,7 +142,8 @@ def _layer_time_s(cfg: DyConfig, wire, x1, x2):
     m = cfg.model
     tok = cfg.tile_tokens
     hf = m.hidden_size * m.expert_ffn_size
-    peak = cfg.platform.device.flops(cfg.gemm_dtype) * share
+    dev = cfg.platform.device
+    peak = dev.flops(cfg.gemm_dtype) * (dev.gemm_efficiency * dev.grouped_gemm_derate) * share
     tile_comm = tok * cfg.token_bytes / (eta * bw)
     rows = max(tok, WGMMA_M)
     fill = (2 * tile_comm + rows * 2.0 * (m.ffn_matrices - 1) * hf / peak

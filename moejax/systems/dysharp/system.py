@@ -18,6 +18,7 @@ from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
 from moejax.physics import comm
+from moejax.physics.roofline import sustained_flops
 from moejax.system import System
 from moejax.systems import ep, metrics
 from moejax.systems.dysharp import packet, schedule, traffic
@@ -90,7 +91,7 @@ def gemm_times_s(cfg: DyConfig, tokens_de, tau, tau_s=0.0, tile=None):
     rows = jnp.where(tau > 0, tokens_de * computed / tile,
                      jnp.ceil(tokens_de / tile - 1e-6) * computed)
     used = relax.positive(tokens_de, tau)
-    peak = dev.flops(cfg.gemm_dtype)
+    peak = sustained_flops(dev, cfg.gemm_dtype, "grouped")
     hf = m.hidden_size * m.expert_ffn_size
 
     def gemm(mats):
@@ -108,7 +109,7 @@ def tile_terms(cfg: DyConfig, eta: float, tile=None, share=None, rate=1.0) -> sc
     tok = cfg.tile_tokens if tile is None else tile
     share = cfg.gemm_share if share is None else share
     comm = tok * cfg.token_bytes / (eta * cfg.platform.topology.link_Bps * rate)
-    peak = dev.flops(cfg.gemm_dtype) * share
+    peak = sustained_flops(dev, cfg.gemm_dtype, "grouped") * share
     hf = m.hidden_size * m.expert_ffn_size
     rows = jnp.maximum(tok, WGMMA_M)
     return schedule.TileTerms(

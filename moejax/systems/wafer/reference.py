@@ -247,7 +247,9 @@ def layer(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray)
     for x in range(d):
         for y in range(e):
             tok = counts[y] * served[y, x]
-            comp = tok * mdl.expert_flops_per_token / dev.flops(cfg.expert_dtype)
+            comp = tok * mdl.expert_flops_per_token / (dev.flops(cfg.expert_dtype)
+                                                       * dev.gemm_efficiency
+                                                       * dev.grouped_gemm_derate)
             mem = (tok > 0) * mdl.expert_weight_bytes / max(s, 1) / dev.memory_Bps
             dev_s[x] += max(comp, mem)
     t_exp = dev_s.max()
@@ -257,7 +259,7 @@ def layer(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray)
     ctx = cfg.context_len if cfg.context_len > 0 else tok / 2
     flops = tok * (mdl.attention_flops_per_token + 4.0 * ctx * mdl.num_heads * mdl.head_dim) / g
     kv = tok * ctx * mdl.kv_bytes_per_token * (cfg.context_len > 0)
-    att = max(flops / dev.flops(cfg.attention_dtype),
+    att = max(flops / (dev.flops(cfg.attention_dtype) * dev.gemm_efficiency),
               (mdl.attention_weight_bytes + kv) / g / dev.memory_Bps)
     best = None
     for m in cfg.micro_batches:
