@@ -132,7 +132,7 @@ class Platform:
 
 def _fraction(t: Table, key: str) -> float:
     """An optional calibration share in (0, 1] (default 1: the ideal rate)."""
-    v = t.float(key, 1.0, positive=False)
+    v = t.float(key, 1.0, positive=False, lo=float("-inf"))
     if not 0.0 < v <= 1.0:
         raise ConfigError(f"{t.where}: key {key!r} = {v!r} must be in (0, 1] (a share of the "
                           "ideal rate)")

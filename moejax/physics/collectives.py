@@ -34,7 +34,12 @@ def phase_time_s(traffic, topo: Topology, tau=0.0):
 
 def link_busy_s(traffic, topo: Topology, tau=0.0):
     """Seconds [...] the busiest link needs to drain its load of `traffic` [..., D, D]."""
-    loads = topo.link_loads(traffic)
+    return busy_of_loads(topo.link_loads(traffic), topo, tau)
+
+
+def busy_of_loads(loads, topo: Topology, tau=0.0):
+    """Seconds [...] the busiest link needs to drain `loads` [..., Lk] bytes at the rates it
+    sustains (`Topology.sustained_Bps`)."""
     return relax.max(loads / jnp.asarray(topo.sustained_Bps, jnp.float32), tau, axis=-1)
 
 

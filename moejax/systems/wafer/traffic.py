@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from moejax import relax
-from moejax.physics import eq1
+from moejax.physics import collectives, eq1
 from moejax.systems.wafer import mapping as mp
 from moejax.systems.wafer.config import WaferConfig
 from moejax.systems.wafer.esp import esp_dispatch_traffic, esp_served
@@ -110,8 +110,5 @@ def all_to_all_parts(cfg: WaferConfig, host, expert_ids, token_mask, counts, tau
 def phase_parts(traffic, topo, tau=0.0):
     """(busy_s, latency_s, link bytes [Lk]) of one phase (collectives.phase_time_s split)."""
     loads = topo.link_loads(traffic)
-    busy = relax.max(loads / jnp.asarray(topo.sustained_Bps, jnp.float32), tau, axis=-1)
-    dd = traffic.shape[-1]
-    active = (traffic * (1.0 - jnp.eye(dd)) > 0).astype(jnp.float32)
-    lat = jnp.max(active * jnp.asarray(topo.path_latency_s, jnp.float32), axis=(-2, -1))
-    return busy, lat, loads
+    busy = collectives.busy_of_loads(loads, topo, tau)
+    return busy, collectives.path_latency_s(traffic, topo), loads
