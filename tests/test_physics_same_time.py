@@ -141,3 +141,20 @@ def test_calibration_constant_outside_unit_interval(tmp_path, capsys, key, value
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and key in err
     assert not out.exists()
+
+
+def test_gemm_tile_schedules_small_m():
+    """Small m: 8 tiles on 132 SMs. Data-parallel waves take one whole tile time; split-K
+    (2) half of it; stream-K deals the 8 x 112 k-iterations over the SMs (7 / 112 of it)."""
+    from moejax.physics import gemm
+
+    k = 7168
+    dp = gemm.GemmProfile()
+    assert float(gemm.schedule_waves(8, 132, k, dp)) == 1.0
+    sk = gemm.GemmProfile(tile_schedule="split_k", k_splits=2)
+    assert float(gemm.schedule_waves(8, 132, k, sk)) == 0.5
+    st = gemm.GemmProfile(tile_schedule="stream_k")
+    assert float(gemm.schedule_waves(8, 132, k, st)) == pytest.approx(7 / 112)
+    # a full machine gains nothing from either (264 tiles = 2 whole waves)
+    for p in (sk, st):
+        assert float(gemm.schedule_waves(264, 132, k, p)) == pytest.approx(2.0)
