@@ -120,6 +120,8 @@ def _tokens_of(counts):
 
 
 def test_non_invasive_hides_what_invasive_pays():
+    # 001's balancer under 001's own network model (Eq. 1, §III-B), which this scenario's
+    # skew and link rates were chosen for
     plat = make_platform("mesh2d", rows=4, cols=4, link_Bps=4e12, hop_latency_s=1e-7)
     model = make_model(num_experts=16, top_k=2, hidden_size=1024, expert_ffn_size=256)
     counts = _skewed_counts(16, 24, 2, 256, 2, seed=1)
@@ -127,7 +129,7 @@ def test_non_invasive_hides_what_invasive_pays():
     res = {}
     for invasive in (True, False):
         cfg = wconfig.make_config(plat, model, mapping="er", tp_size=4, balancer="topology",
-                                  invasive=invasive, shadow_slots=1)
+                                  invasive=invasive, shadow_slots=1, network="eq1")
         sysm = system.build(cfg, 24)
         res[invasive] = engine.simulate(sysm, wconfig.default_params(cfg, alpha=0.1), tr)
     assert float(res[True]["migrations"][0]) > 0
@@ -135,7 +137,7 @@ def test_non_invasive_hides_what_invasive_pays():
     assert float(res[False]["migrations"][0]) > 0
     assert float(res[False]["migration_s"][0]) == 0.0  # nothing on the critical path
     assert float(res[False]["activation_delay"][0]) >= 1.0  # replicas wait for cold capacity
-    none = wconfig.make_config(plat, model, mapping="er", tp_size=4)
+    none = wconfig.make_config(plat, model, mapping="er", tp_size=4, network="eq1")
     base = engine.simulate(system.build(none, 24), wconfig.default_params(none), tr)
     for r in res.values():  # either way, balancing lowers the peak device load in the end
         last = np.asarray(r["per_iteration"]["max_over_mean"][0, -1])

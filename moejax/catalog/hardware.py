@@ -18,6 +18,9 @@ from moejax.errors import ConfigError
 
 FAMILIES = ("chiplet", "wafer", "gpu")
 TOPOLOGY_KINDS = ("ring", "mesh2d", "multi_wafer_mesh", "switch", "hierarchical")
+# calibration constants that are shares of an ideal rate: allowed range (0, 1]
+UNIT_FRACTIONS = ("gemm_efficiency", "grouped_gemm_derate", "protocol_efficiency",
+                  "inter_protocol_efficiency")
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 
 
@@ -32,6 +35,10 @@ class DeviceSpec:
     sm_count: int = 0  # streaming multiprocessors (GPUs only, 0 otherwise)
     area_mm2: float = 0.0  # die area where the paper gives one (000 Eq. 1), else 0
     power_w: float = 0.0  # power where the paper gives one (000 Eq. 2), else 0
+    # calibration (`moejax.physics`, docs/physics.md); the defaults are the ideal device
+    gemm_efficiency: float = 1.0  # share of peak a large dense GEMM sustains, (0, 1]
+    grouped_gemm_derate: float = 1.0  # grouped (MoE) kernel's rate / the dense one's, (0, 1]
+    sm_comm_Bps: float = 0.0  # bytes/s one SM drives into the fabric (0: not SM-limited)
 
     def flops(self, dtype: str) -> float:
         """Peak FLOP/s for `dtype`; the nearest wider dtype if this one is not listed."""
@@ -71,6 +78,11 @@ class TopologySpec:
     inter_Bps: float = 0.0
     inter_latency_s: float = 0.0
     in_switch_compute: bool = False
+    # calibration (`moejax.physics.comm`, docs/physics.md); the defaults are the ideal fabric
+    protocol_efficiency: float = 1.0  # share of link_Bps a bulk transfer sustains, (0, 1]
+    inter_protocol_efficiency: float = 1.0  # the same for the inter-node NICs, (0, 1]
+    message_latency_s: float = 0.0  # fixed cost per message a sender issues, seconds
+    kernel_latency_s: float = 0.0  # fixed cost per communication kernel (launch, sync)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,14 +117,26 @@ class Platform:
             raise ConfigError(f"{self.name}: cannot override {sorted(rest)}")
         for k, v in {**dev, **top}.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0 and k not in (
-                "hop_latency_s", "inter_latency_s", "sm_count", "area_mm2", "power_w"
+                "hop_latency_s", "inter_latency_s", "sm_count", "area_mm2", "power_w",
+                "sm_comm_Bps", "message_latency_s", "kernel_latency_s"
             ):
                 raise ConfigError(f"{self.name}: override {k} = {v!r} must be > 0")
+            if k in UNIT_FRACTIONS and isinstance(v, (int, float)) and not 0 < v <= 1:
+                raise ConfigError(f"{self.name}: override {k} = {v!r} must be in (0, 1]")
         return dataclasses.replace(
             self,
             device=dataclasses.replace(self.device, **dev),
             topology=dataclasses.replace(self.topology, **top),
         )
+
+
+def _fraction(t: Table, key: str) -> float:
+    """An optional calibration share in (0, 1] (default 1: the ideal rate)."""
+    v = t.float(key, 1.0, positive=False, lo=float("-inf"))
+    if not 0.0 < v <= 1.0:
+        raise ConfigError(f"{t.where}: key {key!r} = {v!r} must be in (0, 1] (a share of the "
+                          "ideal rate)")
+    return v
 
 
 def _fields(cls) -> set[str]:
@@ -145,6 +169,9 @@ def parse_platform(data: dict, where: str, name: str) -> Platform:
         sm_count=d.int("sm_count", 0, lo=0),
         area_mm2=d.float("area_mm2", 0.0, positive=False),
         power_w=d.float("power_w", 0.0, positive=False),
+        gemm_efficiency=_fraction(d, "gemm_efficiency"),
+        grouped_gemm_derate=_fraction(d, "grouped_gemm_derate"),
+        sm_comm_Bps=d.float("sm_comm_Bps", 0.0, positive=False),
     )
     d.close()
 
@@ -154,6 +181,11 @@ def parse_platform(data: dict, where: str, name: str) -> Platform:
         kind=kind,
         link_Bps=g.float("link_Bps"),
         hop_latency_s=g.float("hop_latency_s", positive=False),
+    )
+    topo.update(
+        protocol_efficiency=_fraction(g, "protocol_efficiency"),
+        message_latency_s=g.float("message_latency_s", 0.0, positive=False),
+        kernel_latency_s=g.float("kernel_latency_s", 0.0, positive=False),
     )
     if kind in ("mesh2d", "multi_wafer_mesh"):
         topo.update(rows=g.int("rows"), cols=g.int("cols"))
@@ -169,6 +201,7 @@ def parse_platform(data: dict, where: str, name: str) -> Platform:
             nodes=g.int("nodes"), devices_per_node=g.int("devices_per_node"),
             inter_Bps=g.float("inter_Bps"),
             inter_latency_s=g.float("inter_latency_s", positive=False),
+            inter_protocol_efficiency=_fraction(g, "inter_protocol_efficiency"),
             in_switch_compute=g.bool("in_switch_compute", False),
         )
     g.close()

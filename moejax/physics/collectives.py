@@ -6,6 +6,11 @@ carries traffic:
 
     time = max_l(load_l / bw_l) + max_{s,d: traffic>0} path_latency(s, d)
 
+where bw_l is the rate link l sustains under bulk traffic (`Topology.sustained_Bps`: its
+raw bandwidth times its link type's protocol efficiency, 1 on an ideal platform). Per-message
+and per-kernel fixed costs and the SM limit of a communication kernel are added by the one
+all-to-all entry point every system uses, `moejax.physics.comm`.
+
 It is cut-through: a lone transfer over h hops costs V / bw + h * latency, while 001 Eq. 1
 (`links.eq1_latency_s`) charges (V / bw + latency) * h; under all-to-all load the loads of
 the shared links carry the hop factor of Eq. 1 (each flow occupies every link on its route).
@@ -24,12 +29,25 @@ from moejax.physics.topology import Topology
 
 def phase_time_s(traffic, topo: Topology, tau=0.0):
     """Seconds for one phase moving `traffic` [..., D, D] bytes (diagonal is local, free)."""
-    loads = topo.link_loads(traffic)
-    busy = relax.max(loads / jnp.asarray(topo.link_Bps, jnp.float32), tau, axis=-1)
+    return link_busy_s(traffic, topo, tau) + path_latency_s(traffic, topo)
+
+
+def link_busy_s(traffic, topo: Topology, tau=0.0):
+    """Seconds [...] the busiest link needs to drain its load of `traffic` [..., D, D]."""
+    return busy_of_loads(topo.link_loads(traffic), topo, tau)
+
+
+def busy_of_loads(loads, topo: Topology, tau=0.0):
+    """Seconds [...] the busiest link needs to drain `loads` [..., Lk] bytes at the rates it
+    sustains (`Topology.sustained_Bps`)."""
+    return relax.max(loads / jnp.asarray(topo.sustained_Bps, jnp.float32), tau, axis=-1)
+
+
+def path_latency_s(traffic, topo: Topology):
+    """Latency [...] of the longest route that carries traffic [..., D, D]."""
     d = traffic.shape[-1]
     active = (traffic * (1.0 - jnp.eye(d)) > 0).astype(jnp.float32)
-    lat = jnp.max(active * jnp.asarray(topo.path_latency_s, jnp.float32), axis=(-2, -1))
-    return busy + lat
+    return jnp.max(active * jnp.asarray(topo.path_latency_s, jnp.float32), axis=(-2, -1))
 
 
 def all_to_all_time_s(traffic, topo: Topology, tau=0.0):

@@ -47,6 +47,13 @@ class GemmProfile:
       selects a kernel per problem; Hopper wgmma works on 64-row warpgroup tiles, and cuBLAS
       ships 64 x N and 128 x N tile kernels); same per-SM rate assumed. The grouped kernel
       has one compiled tile (tile_m).
+    tile_schedule: how output tiles meet the SMs when there are few of them (small m):
+      "data_parallel" (one tile per SM per wave, `waves`), "split_k" (each tile's k loop cut
+      into `k_splits` parts, so k_splits times the work items of 1 / k_splits the length), or
+      "stream_k" (the k-loop iterations of every tile, `tile_k` deep, dealt evenly over the
+      SMs: Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense Matrix-
+      Matrix Multiplication on the GPU", PPoPP 2023). The partial-sum fix-up of split-K and
+      stream-K is not charged (one extra pass over the output tile, small beside the k loop).
     """
 
     tile_m: int = 128
@@ -55,6 +62,19 @@ class GemmProfile:
     mma_group: float = 2.0 / 3.0
     launch_s: float = 4e-6
     dense_tile_m: tuple[int, ...] = (64, 128)
+    tile_schedule: str = "data_parallel"
+    k_splits: int = 2
+    tile_k: int = 64
+
+    @classmethod
+    def of(cls, device, **kw) -> GemmProfile:
+        """The profile of a device: its measured `gemm_efficiency` and `grouped_gemm_derate`
+        (`DeviceSpec`) as clock_share and mma_group when the device states them (not both
+        1); the H800 / H100 defaults above otherwise (003's kernels, the EPS-MoE reading)."""
+        if device.gemm_efficiency == 1.0 and device.grouped_gemm_derate == 1.0:
+            return cls(**kw)
+        return cls(**{"clock_share": device.gemm_efficiency,
+                      "mma_group": device.grouped_gemm_derate, **kw})
 
     @property
     def eff_dense(self) -> float:
@@ -76,6 +96,24 @@ def tiles(rows, n_out: int, profile: GemmProfile):
 def waves(num_tiles, sms):
     """Waves of `num_tiles` tiles over `sms` SMs: ceil(T / S)."""
     return jnp.ceil(jnp.asarray(num_tiles, jnp.float32) / sms)
+
+
+TILE_SCHEDULES = ("data_parallel", "split_k", "stream_k")
+
+
+def schedule_waves(num_tiles, sms, k_dim: int, profile: GemmProfile):
+    """Waves (in units of one whole tile's time) of `num_tiles` tiles of depth `k_dim` on
+    `sms` SMs under the profile's tile schedule; "data_parallel" is exactly `waves`."""
+    if profile.tile_schedule == "data_parallel":
+        return waves(num_tiles, sms)
+    if profile.tile_schedule == "split_k":
+        s = profile.k_splits
+        return waves(jnp.asarray(num_tiles, jnp.float32) * s, sms) / s
+    if profile.tile_schedule == "stream_k":
+        it = max(math.ceil(k_dim / profile.tile_k), 1)
+        return waves(jnp.asarray(num_tiles, jnp.float32) * it, sms) / it
+    raise ValueError(f"tile_schedule = {profile.tile_schedule!r}; allowed: "
+                     f"{', '.join(TILE_SCHEDULES)}")
 
 
 def fill_fraction(num_tiles, sms):
@@ -111,7 +149,8 @@ def dense_expert_time_s(rows, k_dim: int, n_out: int, *, sms, sm_total: int,
     best = None
     for tm in profile.dense_tile_m:
         n_tiles = jnp.ceil(rows / tm) * math.ceil(n_out / profile.tile_n)
-        t = jnp.maximum(waves(n_tiles, sms) * t_full * (tm / profile.tile_m), mem)
+        t = jnp.maximum(schedule_waves(n_tiles, sms, k_dim, profile) * t_full
+                        * (tm / profile.tile_m), mem)
         best = t if best is None else jnp.minimum(best, t)
     return (rows > 0).astype(jnp.float32) * (profile.launch_s + best)
 
@@ -127,7 +166,7 @@ def group_time_s(rows, k_dim: int, n_out: int, *, sms, sm_total: int, peak_flops
     """One grouped launch over the experts on axis -1 (none if every expert has 0 rows)."""
     rows = jnp.asarray(rows, jnp.float32)
     t_tile = tile_time_s(k_dim, peak_flops, sm_total, profile.mma_group, profile, sms)
-    comp = waves(tiles(rows, n_out, profile).sum(-1), sms) * t_tile
+    comp = schedule_waves(tiles(rows, n_out, profile).sum(-1), sms, k_dim, profile) * t_tile
     mem = gemm_bytes(rows, k_dim, n_out, weight_bytes, act_bytes).sum(-1) / memory_Bps
     any_rows = (rows.sum(-1) > 0).astype(jnp.float32)
     return any_rows * (profile.launch_s + jnp.maximum(comp, mem))

@@ -39,6 +39,17 @@ class Topology:
     rows: int = 0
     cols: int = 0
     devices_per_node: int = 0
+    # [Lk] bytes/s a bulk transfer sustains on each link: link_Bps x the link type's
+    # protocol efficiency (`TopologySpec.protocol_efficiency`; None: link_Bps itself)
+    effective_Bps: np.ndarray | None = None
+    message_latency_s: float = 0.0  # fixed cost per message a sender issues
+    kernel_latency_s: float = 0.0  # fixed cost per communication kernel
+    sm_comm_Bps: float = 0.0  # bytes/s one SM of a device drives into the fabric (0: no limit)
+
+    @property
+    def sustained_Bps(self):
+        """[Lk] bytes/s of each link under bulk traffic (protocol efficiency applied)."""
+        return self.link_Bps if self.effective_Bps is None else self.effective_Bps
 
     @property
     def num_links(self) -> int:
@@ -76,18 +87,40 @@ def _same_node(num_devices: int, per_node: int) -> np.ndarray:
 
 def build(platform: Platform) -> Topology:
     """The Topology of a platform spec."""
-    return from_spec(platform.topology, platform.num_devices)
+    topo = from_spec(platform.topology, platform.num_devices)
+    if platform.device.sm_comm_Bps:
+        topo = dataclasses.replace(topo, sm_comm_Bps=platform.device.sm_comm_Bps)
+    return topo
 
 
 def from_spec(spec: TopologySpec, num_devices: int) -> Topology:
     """The Topology of a topology spec with `num_devices` devices."""
     if spec.kind in ("mesh2d", "multi_wafer_mesh"):
-        return _mesh(spec)
-    if spec.kind == "ring":
-        return _ring(spec, num_devices)
-    if spec.kind == "switch":
-        return _switch(spec, num_devices)
-    return _hierarchical(spec)
+        topo = _mesh(spec)
+    elif spec.kind == "ring":
+        topo = _ring(spec, num_devices)
+    elif spec.kind == "switch":
+        topo = _switch(spec, num_devices)
+    else:
+        topo = _hierarchical(spec)
+    return _calibrated(topo, spec)
+
+
+def _calibrated(topo: Topology, spec: TopologySpec) -> Topology:
+    """`topo` with the spec's protocol efficiency per link type and fixed latencies.
+
+    An efficiency of 1 leaves the bandwidths untouched (the ideal reading of a paper's
+    model); the NICs of a hierarchical topology (its last 2 D links) take the inter-node one.
+    """
+    xp = _xp(topo.link_Bps, spec.protocol_efficiency, spec.inter_protocol_efficiency)
+    eff = xp.full(topo.num_links, spec.protocol_efficiency)
+    if topo.kind == "hierarchical":
+        d = topo.num_devices
+        eff = xp.concatenate([eff[:2 * d], xp.full(2 * d, spec.inter_protocol_efficiency)])
+    ideal = (not isinstance(eff, jax.core.Tracer)) and bool(np.all(np.asarray(eff) == 1.0))
+    return dataclasses.replace(
+        topo, effective_Bps=None if ideal else topo.link_Bps * eff,
+        message_latency_s=spec.message_latency_s, kernel_latency_s=spec.kernel_latency_s)
 
 
 # --- 2D mesh with XY routing ---------------------------------------------------------------

@@ -43,6 +43,7 @@ import numpy as np
 from moejax import tunable as fam
 from moejax.catalog.hardware import load_platform
 from moejax.catalog.models import load_model
+from moejax.physics.calibration import paper_platform, paper_toml_text
 from moejax.placement import eplb_reference, slots
 from moejax.reproduce import balancing_data as data
 from moejax.reproduce import balancing_figures as figs
@@ -106,7 +107,7 @@ def counts_traces(counts, top_k: int) -> Trace:
 def ep_system(model_name: str, platform: str):
     """(EPConfig, one-iteration EP System), built once so every workload of a model shares
     the compiled sweep."""
-    cfg = ep.make_config(load_platform(platform), load_model(model_name))
+    cfg = ep.make_config(paper_platform(platform), load_model(model_name))
     return cfg, ep.build(cfg, 1)
 
 
@@ -179,9 +180,12 @@ def tuned_shares(workload, platform, model, train, test, grid: Grid) -> dict:
         rec = Path(tmp) / "recording.npz"
         trace_io.save(rec, from_counts(np.concatenate([train, test]), model.top_k),
                       {"workload": workload, "train": int(train.shape[0])})
+        # the tuner loads its platform from a file: the catalog's, in its paper reading
+        hw = Path(tmp) / f"{platform}.toml"
+        hw.write_text(paper_toml_text(load_platform(platform)), encoding="utf-8")
         for name, param, init in (("tuned", "placement", "greedy"),
                                   ("tuned+replicas", "replicas", "eplb")):
-            cfg = TuneConfig(system="ep", hardware=platform, model=model.name, params=(param,),
+            cfg = TuneConfig(system="ep", hardware=str(hw), model=model.name, params=(param,),
                              steps=grid.tune_steps, batch=min(8, train.shape[0]),
                              trace=str(rec), per_layer=True, init=init,
                              every=grid.tune_steps, keep=1, tau_start=0.1, lr=0.02,
@@ -189,7 +193,7 @@ def tuned_shares(workload, platform, model, train, test, grid: Grid) -> dict:
             t0 = time.perf_counter()
             res = tune(cfg, Path(tmp) / name, progress=False, evaluate_heldout=False)
             hard = np.asarray(res.hard[param])
-            d = load_platform(platform).num_devices
+            d = paper_platform(platform).num_devices
             out[name] = np.eye(d)[hard] if param == "placement" else hard
             out[name + "_s"] = time.perf_counter() - t0
     return out
@@ -206,7 +210,7 @@ def placement_rows(grid: Grid) -> list[dict]:
         model = load_model(w.model)
         layers = num_layers_of(wname, grid)
         for pname in grid.platforms:
-            plat = load_platform(pname)
+            plat = paper_platform(pname)
             d, e, k = plat.num_devices, model.num_experts, model.top_k
             tokens = TOKENS_PER_DEVICE * d
             kw = dict(num_layers=layers, num_experts=e, top_k=k)
@@ -277,7 +281,7 @@ def rebalance_rows(grid: Grid) -> tuple[list[dict], dict]:
     for wname, pname in grid.rebalance:
         w = data.WORKLOADS[wname]
         model = load_model(w.model)
-        plat = load_platform(pname)
+        plat = paper_platform(pname)
         layers = (grid.rebalance_layers if w.kind == "generator"
                   else num_layers_of(wname, grid))
         it = grid.rebalance_iterations

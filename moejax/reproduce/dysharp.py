@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from moejax.catalog.hardware import load_platform
 from moejax.catalog.models import load_model, with_overrides
+from moejax.physics.calibration import paper_platform
 from moejax.reproduce import dysharp_claims as claims
 from moejax.reproduce import dysharp_figures as figs
 from moejax.reproduce.dysharp_claims import (  # noqa: F401  (the study's constants, re-exported)
@@ -36,6 +36,9 @@ from moejax.systems.dysharp.config import contiguous_placement, make_config
 from moejax.trace import gen
 
 PLATFORM = "gh200-nvl32"
+# 004's own link model: every primitive's bytes at its packet payload efficiency of the raw
+# NVLink rate (unicast 80%, §III-A), on platforms in their paper reading (`paper_platform`)
+PAPER_LINK_MODEL = "packet"
 SEQ = {"dysharp-s": 2048, "dysharp-m": 4096, "dysharp-l": 8192,  # 004 Table I seq length
        "gpt-oss-120b": 4096, "qwen3-235b-a22b": 4096}  # 004 §VII-B
 ROUTING = "normal:std=0.032"  # 004 §V-B
@@ -74,6 +77,7 @@ def _cfgs(platform, model, names, phases=("forward", "training"), extra=(), **kw
     the traced tokens per GPU gets the same tuple back, so `compare.compare` (cached by
     identity) reuses its compiled function instead of compiling again."""
     out = []
+    kw = {"link_model": PAPER_LINK_MODEL, **kw}
     for phase in phases:
         for c in compare.configs(platform, model, names, phase=phase, **kw):
             out.append(system.replace(c, name=f"{c.name}|{phase}"))
@@ -99,7 +103,7 @@ def _run(platform, model, names, data, tokens_per_gpu, phases=("forward", "train
 
 
 def _platform():
-    return load_platform(PLATFORM)
+    return paper_platform(PLATFORM)
 
 
 # --- Fig. 2, 18, 19: traffic from the routing alone (L, G = 32) ----------------------------
@@ -207,7 +211,7 @@ def fig18(grid: Grid) -> Rows:
     for c in grid.configs:
         rr = per_cfg[c][("dysharp", "forward")]
         mm = with_overrides(load_model(c[0]), top_k=c[1])
-        cfg = make_config(pl, mm)
+        cfg = make_config(pl, mm, link_model=PAPER_LINK_MODEL)
         eta = packet.payload_efficiency(pl, "dymultimem", c[1])
         port = max(rr["port_up_bytes"].max(), rr["port_down_bytes"].max()) / (
             eta * pl.topology.link_Bps)
@@ -294,7 +298,7 @@ def fig21(grid: Grid) -> Rows:
     for mname in grid.scale_models:
         m = with_overrides(load_model(mname), top_k=8)
         for gn in grid.gpus:
-            plg = load_platform(f"gh200-nvl{gn}")
+            plg = paper_platform(f"gh200-nvl{gn}")
             res = _run(plg, m, ("deepep", "comet", "dysharp"), _traces(ROUTING, m, grid),
                        SEQ[mname], phases=("training",), extra=COMET_PER_RANK)
             for n in ("deepep", "comet", "dysharp", "comet-rank"):
@@ -320,7 +324,7 @@ def fig28(grid: Grid) -> Rows:
 
 def fig29(grid: Grid) -> Rows:
     ml = _l8()
-    res = _run(load_platform("dgx-h100"), ml, ("deepep", "comet", "nvls", "dysharp"),
+    res = _run(paper_platform("dgx-h100"), ml, ("deepep", "comet", "nvls", "dysharp"),
                _traces(ROUTING, ml, grid), SEQ["dysharp-l"], phases=("training",),
                extra=(("dysharp-b", "dysharp", (("combine", "per_expert"),)),))
     res_b = res[("dysharp-b", "training")]

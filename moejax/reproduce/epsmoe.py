@@ -23,9 +23,9 @@ import functools
 import jax
 import numpy as np
 
-from moejax.catalog.hardware import load_platform
 from moejax.catalog.models import load_model, with_overrides
 from moejax.physics import gemm
+from moejax.physics.calibration import paper_platform
 from moejax.reproduce import epsmoe_claims as claims
 from moejax.reproduce import epsmoe_figures as figs
 from moejax.reproduce.epsmoe_claims import (  # noqa: F401  (the study's axes, re-exported)
@@ -75,7 +75,7 @@ class Runner:
 
     def run(self, platform: str, model, mode: str, variants: list[dict], traces=None):
         """Metrics {name: [len(variants), T]} of `variants` (default_params changes)."""
-        plat = load_platform(platform)
+        plat = paper_platform(platform)
         key = (platform, model, mode)
         if key not in self._systems:
             cfg = make_config(plat, model, mode=mode)
@@ -121,7 +121,7 @@ def volumes(grid: Grid) -> Rows:
         m = load_model(mname)
         if mname == "dbrx":
             m = with_overrides(m, weight_bytes=2.0)
-        d = load_platform(plat).num_devices
+        d = paper_platform(plat).num_devices
         for spec in ("uniform", "powerlaw:alpha=1.2"):
             tr = run.traces(m, spec, 3 if mname == "deepseek-v2" else 0, d)
             res = {mode: run.run(plat, m, mode, [dict(tokens_per_forward=16384.0)], tr)
@@ -154,7 +154,7 @@ def fig9(grid: Grid) -> Rows:
     times), from the rows of the device-limited traces (4096 tokens per device)."""
     run = runner_for(grid)
     m = load_model("deepseek-v2")
-    plat = load_platform("h800x8")
+    plat = paper_platform("h800x8")
     d = plat.num_devices
     tr = run.traces(m, limited=3, devices=d)
     ids = np.asarray(tr.expert_ids)[:, 0, 0]  # [T, N, K]: first iteration and layer
@@ -191,7 +191,7 @@ FIG5_M = (256, 512, 1024, 1536, 2048, 3072, 4096, 4608, 5120, 6144, 8192)
 
 def fig5(grid: Grid) -> Rows:
     """16 experts [1536, 5120] (one GEMM: k = 5120, n = 1536 per the spec), m rows each."""
-    dev = load_platform("h800x8").device
+    dev = paper_platform("h800x8").device
     prof = gemm.GemmProfile()
     m = np.asarray(FIG5_M, np.float32)
     rows = np.repeat(m[:, None], 16, axis=1)

@@ -24,8 +24,8 @@ from moejax import ops, relax
 from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.physics import collectives, topology
-from moejax.physics.roofline import compute_time_s, memory_time_s
+from moejax.physics import collectives, comm, topology
+from moejax.physics.roofline import device_compute_s, device_memory_s
 from moejax.system import System
 from moejax.systems import metrics
 from moejax.trace import Trace
@@ -49,6 +49,8 @@ class EPConfig:
     tp_size: int = 1  # devices per attention TP group (attention == "tp")
     context_len: int = 0  # KV-cache tokens each token attends to (0: prefill-only, causal)
     dtype: str = "bf16"
+    comm_kernel: str = "nccl"  # all-to-all kernel of `physics.comm.KERNELS`
+    comm_sms: int = 0  # SMs the all-to-all kernel runs on (0: not SM-limited)
 
     @property
     def num_devices(self) -> int:
@@ -62,8 +64,12 @@ class EPConfig:
 
 
 def make_config(platform: Platform, model: ModelSpec, *, attention: str = "dp",
-                tp_size: int = 1, context_len: int = 0, dtype: str = "bf16") -> EPConfig:
+                tp_size: int = 1, context_len: int = 0, dtype: str = "bf16",
+                comm_kernel: str = "nccl", comm_sms: int = 0) -> EPConfig:
     """Validated EPConfig; the topology is built once here."""
+    comm.kernel(comm_kernel)
+    if comm_sms < 0:
+        raise ConfigError(f"comm_sms = {comm_sms} must be >= 0 (0: not SM-limited)")
     if attention not in ATTENTION_MODES:
         raise ConfigError(f"attention = {attention!r}; allowed: {', '.join(ATTENTION_MODES)}")
     if attention == "tp" and (tp_size < 1 or platform.num_devices % tp_size):
@@ -74,7 +80,8 @@ def make_config(platform: Platform, model: ModelSpec, *, attention: str = "dp",
     if context_len < 0:
         raise ConfigError(f"context_len = {context_len} must be >= 0")
     return EPConfig(platform, model, topology.build(platform), attention,
-                    tp_size if attention == "tp" else 1, context_len, dtype)
+                    tp_size if attention == "tp" else 1, context_len, dtype, comm_kernel,
+                    comm_sms)
 
 
 @struct.dataclass
@@ -165,15 +172,15 @@ def expert_time_s(cfg: EPConfig, tokens_de, tau, tau_tokens=0.0):
     tau: temperature in seconds; tau_tokens: in tokens (for the "used" indicator).
     """
     m, dev = cfg.model, cfg.platform.device
-    peak = dev.flops(cfg.dtype)
-    comp = compute_time_s(tokens_de * m.expert_flops_per_token, peak)  # [D, E]
-    mem = memory_time_s(relax.positive(tokens_de, tau_tokens) * m.expert_weight_bytes,
-                        dev.memory_Bps)
+    comp = device_compute_s(tokens_de * m.expert_flops_per_token, dev, cfg.dtype,
+                            "grouped")  # [D, E]
+    mem = device_memory_s(relax.positive(tokens_de, tau_tokens) * m.expert_weight_bytes, dev)
     t = relax.maximum(comp, mem, tau).sum(-1)
     # the compute part from each device's token total (whole tokens: a sum exact in any
     # order), not a sum of per-expert times, whose rounding varied with the batch's size
     # (XLA's CPU backend fused the products into the sum, or not; see `metrics.rounded`)
-    return t, compute_time_s(tokens_de.sum(-1) * m.expert_flops_per_token, peak)
+    return t, device_compute_s(tokens_de.sum(-1) * m.expert_flops_per_token, dev, cfg.dtype,
+                               "grouped")
 
 
 def shared_time_s(cfg: EPConfig, tokens_d, tau):
@@ -181,8 +188,8 @@ def shared_time_s(cfg: EPConfig, tokens_d, tau):
     m, dev = cfg.model, cfg.platform.device
     if m.num_shared_experts == 0:
         return jnp.zeros_like(tokens_d), jnp.zeros_like(tokens_d)
-    comp = compute_time_s(tokens_d * m.shared_flops_per_token, dev.flops(cfg.dtype))
-    mem = memory_time_s(m.shared_weight_bytes, dev.memory_Bps)
+    comp = device_compute_s(tokens_d * m.shared_flops_per_token, dev, cfg.dtype)
+    mem = device_memory_s(m.shared_weight_bytes, dev)
     return relax.maximum(comp, mem, tau), comp
 
 
@@ -193,6 +200,13 @@ def owned_tokens(cfg: EPConfig, token_mask, n_tokens):
         owner = jax.nn.one_hot(token_owner(cfg, token_mask.shape[-1]), d)
         return token_mask.astype(jnp.float32) @ owner
     return jnp.full((d,), n_tokens / d)
+
+
+def comm_time_s(cfg: EPConfig, traffic, tau=0.0):
+    """Seconds of one all-to-all of `traffic` [..., D, D] bytes with the config's kernel
+    (`physics.comm`, the primitive every system prices its dispatch and combine with)."""
+    return comm.alltoall_time_s(traffic, cfg.topo, sms=cfg.comm_sms or None,
+                                kernel_name=cfg.comm_kernel, tau=tau)
 
 
 def time_scale_s(cfg: EPConfig) -> float:
@@ -209,8 +223,8 @@ def moe_layer(cfg: EPConfig, params: EPParams, expert_ids, token_mask, counts):
     tau = params.tau * time_scale_s(cfg)
     traffic, _ = layer_demand(cfg, params, expert_ids, token_mask, counts)
     place = params.placement.astype(jnp.float32)
-    dispatch = collectives.all_to_all_time_s(traffic, cfg.topo, tau)
-    combine = collectives.all_to_all_time_s(traffic.T, cfg.topo, tau)
+    dispatch = comm_time_s(cfg, traffic, tau)
+    combine = comm_time_s(cfg, traffic.T, tau)
     n_tokens = counts.sum() / cfg.model.top_k
     # [D, E] tokens built inside the branch: hard mode is one fused pass over them
     t_exp, c_exp = relax.branch(params.tau, lambda t: expert_time_s(
@@ -250,8 +264,8 @@ def attention_time_s(cfg: EPConfig, n_tokens, tau):
     flops = tok * (m.attention_flops_per_token + ctx * m.attention_context_flops) / g
     bytes_ = (m.attention_weight_bytes + tok * ctx * m.kv_bytes_per_token * (cfg.context_len > 0)
               ) / g
-    comp = compute_time_s(flops, dev.flops(cfg.dtype))
-    t = relax.maximum(comp, memory_time_s(bytes_, dev.memory_Bps), tau)
+    comp = device_compute_s(flops, dev, cfg.dtype)
+    t = relax.maximum(comp, device_memory_s(bytes_, dev), tau)
     if g > 1:
         t = t + collectives.all_reduce_time_s(tok * m.token_bytes, groups, cfg.topo, tau)
     return t, comp
@@ -265,8 +279,8 @@ def dense_ffn_time_s(cfg: EPConfig, n_tokens, tau):
     tok = n_tokens / cfg.num_devices
     flops = tok * 2.0 * m.ffn_matrices * m.hidden_size * m.dense_ffn_size
     bytes_ = m.ffn_matrices * m.hidden_size * m.dense_ffn_size * m.weight_bytes
-    return relax.maximum(compute_time_s(flops, dev.flops(cfg.dtype)),
-                         memory_time_s(bytes_, dev.memory_Bps), tau)
+    return relax.maximum(device_compute_s(flops, dev, cfg.dtype), device_memory_s(bytes_, dev),
+                         tau)
 
 
 # --- the system ----------------------------------------------------------------------------
@@ -414,6 +428,8 @@ def _read_options(t, platform: Platform | None = None, model: ModelSpec | None =
         attention=t.str("attention", "dp", choices=ATTENTION_MODES),
         tp_size=t.int("tp_size", 1),
         context_len=t.int("context_len", 0, lo=0),
+        comm_kernel=t.str("comm_kernel", "nccl", choices=tuple(comm.KERNELS)),
+        comm_sms=t.int("comm_sms", 0, lo=0),
     )
     placement = t._get("placement", "contiguous", False)
     shares = t._get("replica_shares", None, False)

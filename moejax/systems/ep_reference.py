@@ -21,13 +21,23 @@ def _phase_time(traffic: np.ndarray, cfg: EPConfig) -> float:
             if s != t and traffic[s, t] > 0:
                 loads += traffic[s, t] * inc[s, t]
                 lat = max(lat, cfg.topo.path_latency_s[s, t])
-    return float(np.max(loads / cfg.topo.link_Bps)) + lat, loads
+    # the link's rate under bulk traffic (protocol efficiency; 1 on an ideal platform), the
+    # kernel's fixed cost, and one message per destination (`physics.comm`)
+    spec = cfg.platform.topology
+    rate = cfg.topo.link_Bps * spec.protocol_efficiency
+    if cfg.topo.kind == "hierarchical":
+        rate = np.concatenate([rate[:2 * d], cfg.topo.link_Bps[2 * d:]
+                               * spec.inter_protocol_efficiency])
+    peers = max(sum(1 for t in range(d) if t != s and traffic[s, t] > 0) for s in range(d))
+    fixed = peers * spec.message_latency_s + spec.kernel_latency_s
+    return float(np.max(loads / rate)) + lat + fixed, loads
 
 
 def moe_layer(cfg: EPConfig, placement: np.ndarray, expert_ids, token_mask, counts):
     """Latency (s) of one layer and per-device compute-busy seconds."""
     m, dev = cfg.model, cfg.platform.device
-    peak, bw = dev.flops(cfg.dtype), dev.memory_Bps
+    peak, bw = dev.flops(cfg.dtype) * dev.gemm_efficiency, dev.memory_Bps
+    peak_grouped = peak * dev.grouped_gemm_derate  # the experts' grouped kernel
     d, e = cfg.num_devices, m.num_experts
     n = expert_ids.shape[0]
     traffic = np.zeros((d, d))
@@ -54,7 +64,7 @@ def moe_layer(cfg: EPConfig, placement: np.ndarray, expert_ids, token_mask, coun
     for dev_i in range(d):
         for x in range(e):
             tok = counts[x] * placement[x, dev_i]
-            c = tok * m.expert_flops_per_token / peak
+            c = tok * m.expert_flops_per_token / peak_grouped
             w = (m.expert_weight_bytes / bw) if tok > 0 else 0.0
             busy[dev_i] += max(c, w)
             compute[dev_i] += c

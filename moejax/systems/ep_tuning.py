@@ -18,7 +18,7 @@ from moejax import relax
 from moejax import tunable as fam
 from moejax.errors import ConfigError
 from moejax.physics import collectives
-from moejax.physics.roofline import compute_time_s, memory_time_s
+from moejax.physics.roofline import device_compute_s, device_memory_s
 from moejax.placement import eplb, slots
 from moejax.system import SystemEntry, TuneSetup, Tuning
 from moejax.systems import ep
@@ -124,8 +124,8 @@ def expected(cfg, base, values, traces, tau):
             w_e, _ = ep.expert_time_s(cfg, jnp.diag(counts), 0.0)  # [E] hard, all tokens
             return p.T @ w_e
         tok = counts[:, None] * per  # [E, D] tokens of one replica
-        comp = compute_time_s(tok * m.expert_flops_per_token, dev.flops(cfg.dtype))
-        mem = memory_time_s(relax.positive(tok, tau) * m.expert_weight_bytes, dev.memory_Bps)
+        comp = device_compute_s(tok * m.expert_flops_per_token, dev, cfg.dtype, "grouped")
+        mem = device_memory_s(relax.positive(tok, tau) * m.expert_weight_bytes, dev)
         return (occ * relax.maximum(comp, mem, tau_s)).sum(0)
 
     def layer(ids, mask, counts, p, occ, per):

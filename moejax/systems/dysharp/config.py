@@ -33,6 +33,12 @@ PRIMITIVES = ("unicast_pair", "unicast_rank", "nvls", "dymultimem", "explicit")
 SCHEDULES = ("serial", "coarse", "fine", "fused")
 COMBINES = ("per_gpu", "per_expert")  # spec §7.5 variant A (default) / variant B (literal)
 PHASES = ("forward", "training")
+# how a primitive's bytes meet the link rate: "measured" (default) = the platform's measured
+# bulk rate for unicast (`TopologySpec.protocol_efficiency`, the rate every system prices
+# unicast traffic at), other primitives scaled by their packet payload efficiency relative to
+# unicast's; "packet" = 004's own packet model alone (unicast at 256 / 320 = 80% of link_Bps,
+# 004 §III-A), the reading the 004 reproduction sets.
+LINK_MODELS = ("measured", "packet")
 IN_SWITCH = ("nvls", "dymultimem", "explicit")  # need switch multicast / reduction
 
 # 004 §IV-B: "tsize = 128", the GEMM tile height (checked by Fig. 30).
@@ -90,6 +96,8 @@ class DyConfig:
     notify: bool = False
     adaptive_comm_sms: tuple[int, ...] = ()
     name: str = "dysharp"
+    link_model: str = "measured"
+    comm_kernel: str = "nccl"  # `physics.comm.KERNELS` kernel of the unicast baselines
 
     @property
     def num_devices(self) -> int:
@@ -163,7 +171,8 @@ def make_config(platform: Platform, model: ModelSpec, **kw) -> DyConfig:
     """Validated DyConfig; unknown or out-of-range values raise ConfigError naming the field."""
     cfg = DyConfig(platform, model, **kw)
     checks = [("primitive", cfg.primitive, PRIMITIVES), ("schedule", cfg.schedule, SCHEDULES),
-              ("combine", cfg.combine, COMBINES), ("phase", cfg.phase, PHASES)]
+              ("combine", cfg.combine, COMBINES), ("phase", cfg.phase, PHASES),
+              ("link_model", cfg.link_model, LINK_MODELS)]
     for field, value, allowed in checks:
         if value not in allowed:
             raise ConfigError(f"{field} = {value!r}; allowed: {', '.join(allowed)}")

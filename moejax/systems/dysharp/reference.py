@@ -83,7 +83,7 @@ def gemm_times_s(cfg: DyConfig, tokens_de):
     """(GEMM-1 [G], GEMM-2 [G]) seconds: whole tiles per expert (a tile computes at least
     WGMMA_M rows), weights read once."""
     m, dev = cfg.model, cfg.platform.device
-    peak = dev.flops(cfg.gemm_dtype)
+    peak = dev.flops(cfg.gemm_dtype) * (dev.gemm_efficiency * dev.grouped_gemm_derate)
     hf = m.hidden_size * m.expert_ffn_size
     x1, x2 = [], []
     for d in range(cfg.num_devices):
@@ -106,6 +106,21 @@ def gemm_times_s(cfg: DyConfig, tokens_de):
     return x1, x2
 
 
+def unicast_rate_share(cfg: DyConfig) -> float:
+    """Share of link_Bps unicast bytes (headers included) move at: 1 under 004's packet
+    model, the platform's measured protocol efficiency otherwise."""
+    return 1.0 if cfg.link_model == "packet" else cfg.platform.topology.protocol_efficiency
+
+
+def link_share(cfg: DyConfig) -> float:
+    """Share of link_Bps that carries the primitive's payload (`system.efficiency`)."""
+    eta = packet.payload_efficiency(cfg.platform, cfg.primitive, cfg.model.top_k)
+    if cfg.link_model == "packet":
+        return eta
+    return unicast_rate_share(cfg) * eta / packet.payload_efficiency(
+        cfg.platform, "unicast_rank", cfg.model.top_k)
+
+
 def layer_time_s(cfg: DyConfig, wire, x1, x2):
     """Schedule rules of `schedule.layer_time_s` on Python floats: (latency, comm, gemm);
     with `adaptive_comm_sms`, the fastest of the candidate comm SM counts."""
@@ -119,7 +134,7 @@ def layer_time_s(cfg: DyConfig, wire, x1, x2):
 def _layer_time_s(cfg: DyConfig, wire, x1, x2):
     rate = min(1.0, cfg.comm_sms / COMM_SMS) if cfg.schedule in ("fine", "fused") else 1.0
     bw, lat = cfg.platform.topology.link_Bps * rate, cfg.latency_s
-    eta = packet.payload_efficiency(cfg.platform, cfg.primitive, cfg.model.top_k)
+    eta = link_share(cfg)
     cd = max(max(wire[0][d], wire[1][d]) for d in range(cfg.num_devices)) / bw + lat
     cc = max(max(wire[2][d], wire[3][d]) for d in range(cfg.num_devices)) / bw + lat
     x = max(a + b for a, b in zip(x1, x2, strict=True))
@@ -127,7 +142,8 @@ def _layer_time_s(cfg: DyConfig, wire, x1, x2):
     m = cfg.model
     tok = cfg.tile_tokens
     hf = m.hidden_size * m.expert_ffn_size
-    peak = cfg.platform.device.flops(cfg.gemm_dtype) * share
+    dev = cfg.platform.device
+    peak = dev.flops(cfg.gemm_dtype) * (dev.gemm_efficiency * dev.grouped_gemm_derate) * share
     tile_comm = tok * cfg.token_bytes / (eta * bw)
     rows = max(tok, WGMMA_M)
     fill = (2 * tile_comm + rows * 2.0 * (m.ffn_matrices - 1) * hf / peak
@@ -154,7 +170,7 @@ def moe_layer(cfg: DyConfig, expert_ids, token_mask, counts, placement):
                  if token_mask[n] and any(e >= 0 for e in expert_ids[n]))
     scale = (cfg.tokens_per_gpu * cfg.num_devices / max(n_real, 1)
              if cfg.tokens_per_gpu > 0 else 1.0)
-    eta = packet.payload_efficiency(cfg.platform, cfg.primitive, cfg.model.top_k)
+    eta = link_share(cfg)
     loads = port_loads(cfg, expert_ids, token_mask, placement)
     wire = [[v * scale * cfg.token_bytes / eta for v in row] for row in loads]
     tokens_de = [[float(counts[e]) * float(placement[e][d]) * scale
@@ -164,7 +180,8 @@ def moe_layer(cfg: DyConfig, expert_ids, token_mask, counts, placement):
     if cfg.notify:  # DeepEP notify_dispatch: two barriers, counts to every peer
         g, e = cfg.num_devices, cfg.model.num_experts
         t_n = (NOTIFY_BARRIERS * 2 * cfg.latency_s
-               + (g - 1) * (1 + e / g) * COUNT_BYTES / cfg.platform.topology.link_Bps)
+               + (g - 1) * (1 + e / g) * COUNT_BYTES / (cfg.platform.topology.link_Bps
+                                                         * unicast_rate_share(cfg)))
         t, c = t + t_n, c + t_n
     passes = 1.0
     if cfg.phase == "training":

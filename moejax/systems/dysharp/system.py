@@ -17,6 +17,8 @@ from moejax import relax
 from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
+from moejax.physics import comm
+from moejax.physics.roofline import sustained_flops
 from moejax.system import System
 from moejax.systems import ep, metrics
 from moejax.systems.dysharp import packet, schedule, traffic
@@ -24,6 +26,7 @@ from moejax.systems.dysharp.config import (
     COMBINES,
     COMM_SMS,
     COUNT_BYTES,
+    LINK_MODELS,
     NOTIFY_BARRIERS,
     PHASES,
     PRIMITIVES,
@@ -50,8 +53,19 @@ def _attention_cfg(platform: Platform, model: ModelSpec):
 
 
 def efficiency(cfg: DyConfig) -> float:
-    """Payload efficiency of the config's primitive (004 §III-A, Fig. 7)."""
-    return packet.payload_efficiency(cfg.platform, cfg.primitive, cfg.model.top_k)
+    """Share of link_Bps that carries the config's primitive's payload.
+
+    "packet" link model: the payload efficiency of the primitive's packets alone (004 §III-A,
+    Fig. 7). "measured": unicast at the platform's measured bulk rate
+    (`TopologySpec.protocol_efficiency`, the rate `physics.comm` gives every system's unicast
+    all-to-all), other primitives at that rate times their packet efficiency relative to
+    unicast's (the losses beyond the headers, flow control and DMA gaps, are the same links').
+    """
+    eta = packet.payload_efficiency(cfg.platform, cfg.primitive, cfg.model.top_k)
+    if cfg.link_model == "packet":
+        return eta
+    unicast = packet.payload_efficiency(cfg.platform, "unicast_rank", cfg.model.top_k)
+    return cfg.platform.topology.protocol_efficiency * eta / unicast
 
 
 def token_scale(cfg: DyConfig, n_real):
@@ -77,7 +91,7 @@ def gemm_times_s(cfg: DyConfig, tokens_de, tau, tau_s=0.0, tile=None):
     rows = jnp.where(tau > 0, tokens_de * computed / tile,
                      jnp.ceil(tokens_de / tile - 1e-6) * computed)
     used = relax.positive(tokens_de, tau)
-    peak = dev.flops(cfg.gemm_dtype)
+    peak = sustained_flops(dev, cfg.gemm_dtype, "grouped")
     hf = m.hidden_size * m.expert_ffn_size
 
     def gemm(mats):
@@ -95,7 +109,7 @@ def tile_terms(cfg: DyConfig, eta: float, tile=None, share=None, rate=1.0) -> sc
     tok = cfg.tile_tokens if tile is None else tile
     share = cfg.gemm_share if share is None else share
     comm = tok * cfg.token_bytes / (eta * cfg.platform.topology.link_Bps * rate)
-    peak = dev.flops(cfg.gemm_dtype) * share
+    peak = sustained_flops(dev, cfg.gemm_dtype, "grouped") * share
     hf = m.hidden_size * m.expert_ffn_size
     rows = jnp.maximum(tok, WGMMA_M)
     return schedule.TileTerms(
@@ -115,7 +129,9 @@ def notify_time_s(cfg: DyConfig) -> float:
         return 0.0
     g, e = cfg.num_devices, cfg.model.num_experts
     counts = (g - 1) * (1 + e / g) * COUNT_BYTES
-    return NOTIFY_BARRIERS * 2 * cfg.latency_s + counts / cfg.platform.topology.link_Bps
+    rate = cfg.platform.topology.link_Bps * (1.0 if cfg.link_model == "packet" else
+                                             cfg.platform.topology.protocol_efficiency)
+    return NOTIFY_BARRIERS * 2 * cfg.latency_s + counts / rate
 
 
 def moe_layer(cfg: DyConfig, params: DyParams, expert_ids, token_mask, counts):
@@ -304,6 +320,8 @@ def _read_options(t, platform: Platform | None = None, model: ModelSpec | None =
         notify=t.bool("notify", False),
         adaptive_comm_sms=_int_list(t, "adaptive_comm_sms"),
         name=t.str("label", "dysharp"),
+        link_model=t.str("link_model", "measured", choices=LINK_MODELS),
+        comm_kernel=t.str("comm_kernel", "nccl", choices=tuple(comm.KERNELS)),
     )
     placement = t._get("placement", "contiguous", False)
     shares = t._get("replica_shares", None, False)

@@ -205,4 +205,7 @@ def make_config(platform: Platform, model: ModelSpec, **kw) -> EPSConfig:
             raise ConfigError("chunk_assignment: allowed only for modes dp-ep, tp-ep "
                               "(tp-tp has no expert pipeline)")
         kw["chunk_assignment"] = check_assignment(kw["chunk_assignment"], d, e_loc, pn)
+    # GEMM rates of the platform's measured kernels (`GemmProfile.of`: 003's defaults on a
+    # platform in its paper reading)
+    kw.setdefault("profile", GemmProfile.of(platform.device))
     return EPSConfig(platform, model, topology.build(platform), **kw)

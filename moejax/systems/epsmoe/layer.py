@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from moejax import ops
-from moejax.physics import collectives, gemm
+from moejax.physics import collectives, comm, gemm
 from moejax.systems.epsmoe import assignment
 from moejax.systems.epsmoe.config import EPSConfig, EPSParams
 
@@ -207,6 +207,12 @@ def ring_s(cfg: EPSConfig, volume_bytes, steps: int):
     return t, steps * volume_bytes / d
 
 
+def a2a_s(cfg: EPSConfig, traffic):
+    """Seconds of one all-to-all of `traffic` [D, D] bytes (`physics.comm`, the primitive
+    every system prices its dispatch and combine with)."""
+    return comm.alltoall_time_s(traffic, cfg.topo)
+
+
 def block(cfg: EPSConfig, p: EPSParams, expert_ids, token_mask, scale):
     """Metrics of one block (attention + MoE) for one layer's routing (hard mode)."""
     m = cfg.model
@@ -226,8 +232,7 @@ def block(cfg: EPSConfig, p: EPSParams, expert_ids, token_mask, scale):
         sent, rows = chunk_demand(cfg, expert_ids, token_mask, scale, pn)  # [C, D, D], [D, E]
     tok_bytes = m.hidden_size * jnp.where(p.fp8_comm > 0, 1.0, m.act_bytes)
     traffic = sent * tok_bytes
-    x_raw = (jax.vmap(lambda t: collectives.all_to_all_time_s(t, cfg.topo))(traffic)
-             + jax.vmap(lambda t: collectives.all_to_all_time_s(t.T, cfg.topo))(traffic))
+    x_raw = jax.vmap(lambda t: a2a_s(cfg, t) + a2a_s(cfg, t.T))(traffic)
     active = (jnp.arange(e_loc) < pn).astype(jnp.float32)
     x = active * (x_raw * comm_slowdown(cfg, p.sm_comm) + 2.0 * cfg.alpha_s)
     pipelined = (pn > 1) & (p.overlap > 0)

@@ -67,7 +67,7 @@ def kernel_s(cfg: EPSConfig, rows_list, ffn, sms, switch_rows):
 def switch_a2a_s(cfg: EPSConfig, traffic):
     """All2all on a switch: busiest uplink or downlink, plus the path latency if any moves."""
     d = cfg.num_devices
-    bw = cfg.platform.topology.link_Bps
+    bw = cfg.platform.topology.link_Bps * cfg.platform.topology.protocol_efficiency
     out = [sum(traffic[s][t] for t in range(d) if t != s) for s in range(d)]
     inn = [sum(traffic[s][t] for s in range(d) if s != t) for t in range(d)]
     busy = max(max(out), max(inn)) / bw
@@ -77,7 +77,7 @@ def switch_a2a_s(cfg: EPSConfig, traffic):
 
 def ring_s(cfg: EPSConfig, volume, steps):
     d = cfg.num_devices
-    bw = cfg.platform.topology.link_Bps
+    bw = cfg.platform.topology.link_Bps * cfg.platform.topology.protocol_efficiency
     step = (volume / d) / bw + (cfg.platform.topology.hop_latency_s if volume > 0 else 0.0)
     return steps * step + cfg.alpha_s * steps / (d - 1), steps * volume / d
 

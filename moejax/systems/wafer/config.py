@@ -49,9 +49,10 @@ class WaferConfig:
     # network model of the all-to-all and ring collectives (mesh platforms): "link_load" =
     # cut-through max link load (`physics.collectives`), "eq1" = 001 Eq. 1 store-and-forward
     # per transfer, serialized per port (`physics.eq1`, ports "link" or "device")
-    # defaults: the paper's own model, 001 Eq. 1 with bidirectional rings; the
-    # cut-through, one-way reading stays as network="link_load", bidirectional_rings=False
-    network: str = "eq1"
+    # default: the physical cut-through link loads (within 1.07-1.14x of a cycle-level
+    # wormhole-router simulation of the same traffic, where Eq. 1 reads 2.1-2.4x slower;
+    # docs/physics.md); 001's own Eq. 1 is network="eq1", which the 001 reproduction sets
+    network: str = "link_load"
     eq1_ports: str = "link"
     bidirectional_rings: bool = True  # 001 §IV-B2 "Packages are sent bi-directionally"
 
@@ -77,7 +78,7 @@ def make_config(platform: Platform, model: ModelSpec, *, mapping: str = "baselin
                 invasive: bool = True, shadow_slots: int = 0, history_decay: float = 0.8,
                 cold_fraction: float = 0.5, context_len: int = 0,
                 migration_free: bool = False, expert_shards: int = 0,
-                network: str = "eq1", eq1_ports: str = "link",
+                network: str = "link_load", eq1_ports: str = "link",
                 bidirectional_rings: bool = True) -> WaferConfig:
     """Validated WaferConfig; topology, mapping and source split are built once here.
 

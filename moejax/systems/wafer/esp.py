@@ -80,7 +80,7 @@ def esp_ring(cfg: WaferConfig, vol, tau_s):
     s = cfg.expert_shards
     unit, lat, ports = esp_unit_steps(cfg)
     loads = (vol / s) @ jnp.asarray(unit, jnp.float32)  # one ring step [Lk]
-    bw = jnp.asarray(cfg.topo.link_Bps, jnp.float32)
+    bw = jnp.asarray(cfg.topo.sustained_Bps, jnp.float32)
     busy = (s - 1) * relax.max(loads / bw, tau_s, axis=-1)
     ring_lat = (s - 1) * jnp.max((vol > 0) * jnp.asarray(lat, jnp.float32))
     pp = None

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from moejax import relax
 from moejax.physics import eq1
-from moejax.physics.roofline import compute_time_s, memory_time_s
+from moejax.physics.roofline import device_compute_s, device_memory_s
 from moejax.systems.wafer.allreduce import allreduce_unit_phases
 from moejax.systems.wafer.config import WaferConfig, WaferParams, time_scale_s
 from moejax.systems.wafer.esp import esp_ring
@@ -52,9 +52,10 @@ def expert_device_s(cfg: WaferConfig, tokens_ed, tau_s, tau_tok):
     """
     m, dev = cfg.model, cfg.platform.device
     share = 1.0 / cfg.expert_shards if cfg.expert_shards else 1.0
-    comp = compute_time_s(tokens_ed * m.expert_flops_per_token, dev.flops(cfg.expert_dtype))
-    mem = memory_time_s(relax.positive(tokens_ed, tau_tok) * m.expert_weight_bytes * share,
-                        dev.memory_Bps)
+    comp = device_compute_s(tokens_ed * m.expert_flops_per_token, dev, cfg.expert_dtype,
+                            "grouped")
+    mem = device_memory_s(relax.positive(tokens_ed, tau_tok) * m.expert_weight_bytes * share,
+                          dev)
     return relax.maximum(comp, mem, tau_s).sum(0), comp.sum(0)
 
 
@@ -74,12 +75,12 @@ def expert_times(cfg: WaferConfig, host, counts, tau_s, tau_tok, binary):
     m, dev = cfg.model, cfg.platform.device
     ce = counts / jnp.maximum(host.sum(-1), 1e-30)  # tokens per copy of each expert
     tokens = ce @ host
-    comp = compute_time_s(tokens * m.expert_flops_per_token, dev.flops(cfg.expert_dtype))
+    comp = device_compute_s(tokens * m.expert_flops_per_token, dev, cfg.expert_dtype, "grouped")
 
     def fast():
         g = jnp.where(ce > 0, jnp.maximum(
-            compute_time_s(ce * m.expert_flops_per_token, dev.flops(cfg.expert_dtype)),
-            memory_time_s(m.expert_weight_bytes, dev.memory_Bps)), 0.0)
+            device_compute_s(ce * m.expert_flops_per_token, dev, cfg.expert_dtype, "grouped"),
+            device_memory_s(m.expert_weight_bytes, dev)), 0.0)
         return g @ host
 
     def dense():
@@ -98,8 +99,8 @@ def attention_s(cfg: WaferConfig, n_tokens, tau_s):
     flops = tok * (m.attention_flops_per_token + ctx * m.attention_context_flops) / g
     kv = tok * ctx * m.kv_bytes_per_token * (cfg.context_len > 0)
     bytes_ = (m.attention_weight_bytes + kv) / g
-    comp = compute_time_s(flops, dev.flops(cfg.attention_dtype))
-    return relax.maximum(comp, memory_time_s(bytes_, dev.memory_Bps), tau_s)
+    comp = device_compute_s(flops, dev, cfg.attention_dtype)
+    return relax.maximum(comp, device_memory_s(bytes_, dev), tau_s)
 
 
 # --- one layer -----------------------------------------------------------------------------
@@ -143,7 +144,7 @@ def _layer(cfg: WaferConfig, params: WaferParams, tau, host, expert_ids, token_m
     ar_busy = jnp.float32(0.0)
     ar_lat = jnp.float32(0.0)
     ar_loads = jnp.zeros(topo.num_links)
-    bw = jnp.asarray(topo.link_Bps, jnp.float32)
+    bw = jnp.asarray(topo.sustained_Bps, jnp.float32)
     mb = jnp.asarray(cfg.micro_batches, jnp.float32)[:, None]
     on = (n_tokens > 0).astype(jnp.float32)
     ar_stage = jnp.zeros(mb.shape[0])

@@ -43,7 +43,7 @@ def non_invasive_split(cfg: WaferConfig, need, ar_loads, ar_s, a2a_loads, a2a_s)
     all-to-all; each phase's spare capacity on a cold link is (phase time * bw - its load)
     summed over the model's layers. Returns (local [Lk], global [Lk], spill [Lk]) bytes.
     """
-    bw = jnp.asarray(cfg.topo.link_Bps, jnp.float32)
+    bw = jnp.asarray(cfg.topo.sustained_Bps, jnp.float32)
     layers = cfg.model.num_layers
     cold_ar = cold_links(ar_loads, cfg.cold_fraction)
     cold_a2a = cold_links(a2a_loads, cfg.cold_fraction)
@@ -62,7 +62,7 @@ def ni_delay_iterations(cfg: WaferConfig, need, ar_loads, ar_s, a2a_loads, a2a_s
     routes around it (Local -> Global -> Local, Fig. 11(d)), which we approximate by letting
     such a link use the spare capacity of its less loaded phase.
     """
-    bw = jnp.asarray(cfg.topo.link_Bps, jnp.float32)
+    bw = jnp.asarray(cfg.topo.sustained_Bps, jnp.float32)
     layers = cfg.model.num_layers
     cold_ar = cold_links(ar_loads, cfg.cold_fraction)
     cold_a2a = cold_links(a2a_loads, cfg.cold_fraction)

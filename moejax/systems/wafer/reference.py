@@ -55,7 +55,7 @@ def phase(traffic: np.ndarray, topo) -> tuple[float, float, np.ndarray]:
             for link in xy_links(topo.rows, topo.cols, s, t):
                 loads[link] += traffic[s, t]
             lat = max(lat, float(topo.path_latency_s[s, t]))
-    return float((loads / topo.link_Bps).max()), lat, loads
+    return float((loads / topo.sustained_Bps).max()), lat, loads
 
 
 def link_direction(rows: int, cols: int, link: int) -> int:
@@ -248,7 +248,9 @@ def layer(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray)
     for x in range(d):
         for y in range(e):
             tok = counts[y] * served[y, x]
-            comp = tok * mdl.expert_flops_per_token / dev.flops(cfg.expert_dtype)
+            comp = tok * mdl.expert_flops_per_token / (dev.flops(cfg.expert_dtype)
+                                                       * dev.gemm_efficiency
+                                                       * dev.grouped_gemm_derate)
             mem = (tok > 0) * mdl.expert_weight_bytes / max(s, 1) / dev.memory_Bps
             dev_s[x] += max(comp, mem)
     t_exp = dev_s.max()
@@ -264,7 +266,7 @@ def layer(cfg, host: np.ndarray, expert_ids: np.ndarray, token_mask: np.ndarray)
     att_weights = count(attention_shapes(mdl))
     flops = tok * 2.0 * (att_weights + ctx * context_macs(mdl)) / g
     kv = tok * ctx * kv_cache_width(mdl) * mdl.act_bytes * (cfg.context_len > 0)
-    att = max(flops / dev.flops(cfg.attention_dtype),
+    att = max(flops / (dev.flops(cfg.attention_dtype) * dev.gemm_efficiency),
               (att_weights * mdl.weight_bytes + kv) / g / dev.memory_Bps)
     best = None
     for m in cfg.micro_batches:

@@ -262,7 +262,7 @@ def _read_options(t) -> tuple[dict, dict]:
         cold_fraction=t.float("cold_fraction", 0.5, hi=1.0),
         context_len=t.int("context_len", 0, lo=0),
         expert_shards=t.int("expert_shards", 0, lo=0),  # ESP, 001 §VI-B5 (0 = off)
-        network=t.str("network", "eq1", choices=NETWORKS),  # 001 Eq. 1 or cut-through
+        network=t.str("network", "link_load", choices=NETWORKS),  # cut-through or 001 Eq. 1
         eq1_ports=t.str("eq1_ports", "link", choices=eq1.PORTS),
         bidirectional_rings=t.bool("bidirectional_rings", True),  # 001 §IV-B2
     )

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from moejax import relax
-from moejax.physics import eq1
+from moejax.physics import collectives, eq1
 from moejax.systems.wafer import mapping as mp
 from moejax.systems.wafer.config import WaferConfig
 from moejax.systems.wafer.esp import esp_dispatch_traffic, esp_served
@@ -82,7 +82,7 @@ def all_to_all_parts(cfg: WaferConfig, host, expert_ids, token_mask, counts, tau
             d_ports, c_ports = eq1.port_parts(disp, tab), eq1.port_parts(disp.T, tab)
     else:
         v = (counts * scale) @ mix if counts_only else ((pairs * scale) @ mix).reshape(-1)
-        bw = jnp.asarray(topo.link_Bps, jnp.float32)
+        bw = jnp.asarray(topo.sustained_Bps, jnp.float32)
         eq1_hard = (cfg.eq1 and isinstance(tau_s, float) and tau_s == 0.0
                     and tabs.d_cols is not None)  # `layer`'s hard branch
         if eq1_hard:
@@ -110,8 +110,5 @@ def all_to_all_parts(cfg: WaferConfig, host, expert_ids, token_mask, counts, tau
 def phase_parts(traffic, topo, tau=0.0):
     """(busy_s, latency_s, link bytes [Lk]) of one phase (collectives.phase_time_s split)."""
     loads = topo.link_loads(traffic)
-    busy = relax.max(loads / jnp.asarray(topo.link_Bps, jnp.float32), tau, axis=-1)
-    dd = traffic.shape[-1]
-    active = (traffic * (1.0 - jnp.eye(dd)) > 0).astype(jnp.float32)
-    lat = jnp.max(active * jnp.asarray(topo.path_latency_s, jnp.float32), axis=(-2, -1))
-    return busy, lat, loads
+    busy = collectives.busy_of_loads(loads, topo, tau)
+    return busy, collectives.path_latency_s(traffic, topo), loads
