@@ -116,7 +116,7 @@ def test_sm_limited_kernel_and_fixed_costs():
 
 
 def test_unknown_kernel_is_one_line():
-    with pytest.raises(ConfigError, match="comm_kernel = 'nope'; allowed: nccl"):
+    with pytest.raises(ConfigError, match="comm_kernel = 'nope'; allowed: nccl, deepep_normal"):
         comm.alltoall_time_s(_traffic(4), load_platform("gh200-nvl4"), kernel_name="nope")
     with pytest.raises(ConfigError, match="comm_kernel"):
         ep.make_config(load_platform("h800x8"), load_model("deepseek-v2"), comm_kernel="nope")

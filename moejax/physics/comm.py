@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from moejax import relax
 from moejax.catalog.hardware import Platform
 from moejax.errors import ConfigError
-from moejax.physics import collectives, topology
+from moejax.physics import collectives, internode, topology
 
 
 @functools.lru_cache(maxsize=64)
@@ -82,7 +82,29 @@ def nccl_alltoall_s(traffic, messages, fabric, sms=None, tau=0.0):
     return t + message_time_s(traffic, messages, topo) + topo.kernel_latency_s
 
 
-KERNELS = {"nccl": nccl_alltoall_s}
+def _needs_platform(name: str, fabric):
+    if not isinstance(fabric, Platform):
+        raise ConfigError(f"comm_kernel = {name!r} needs the platform (its nodes and NICs), "
+                          "not a bare Topology")
+    return fabric
+
+
+def deepep_normal_s(traffic, messages, fabric, sms=None, tau=0.0):
+    """DeepEP's normal kernels (NVLink forwarding + RDMA between nodes,
+    `internode.deepep_normal_time_s`); hard max only (tau is not used)."""
+    return internode.deepep_normal_time_s(traffic, messages,
+                                          _needs_platform("deepep_normal", fabric), sms)
+
+
+def deepep_low_latency_s(traffic, messages, fabric, sms=None, tau=0.0):
+    """DeepEP's low-latency kernels (one direct message per token and expert,
+    `internode.deepep_low_latency_time_s`); hard max only (tau is not used)."""
+    return internode.deepep_low_latency_time_s(
+        traffic, messages, _needs_platform("deepep_low_latency", fabric), sms)
+
+
+KERNELS = {"nccl": nccl_alltoall_s, "deepep_normal": deepep_normal_s,
+           "deepep_low_latency": deepep_low_latency_s}
 
 
 def kernel(name: str):
@@ -93,7 +115,11 @@ def kernel(name: str):
 
 
 def alltoall_time_s(traffic, fabric, *, messages=None, sms=None, kernel_name: str = "nccl",
-                    tau=0.0):
+                    tau=0.0, platform: Platform | None = None):
     """Seconds [...] of one MoE dispatch or combine moving `traffic` [..., D, D] bytes on
-    `fabric` (Platform or Topology) with the kernel `kernel_name` of `KERNELS`."""
-    return kernel(kernel_name)(traffic, messages, fabric, sms=sms, tau=tau)
+    `fabric` (Platform or Topology) with the kernel `kernel_name` of `KERNELS`; `platform`
+    (when `fabric` is its Topology) is handed to the kernels that need nodes and NICs."""
+    fn = kernel(kernel_name)
+    if kernel_name != "nccl" and platform is not None:
+        fabric = platform
+    return fn(traffic, messages, fabric, sms=sms, tau=tau)

@@ -206,7 +206,7 @@ def comm_time_s(cfg: EPConfig, traffic, tau=0.0):
     """Seconds of one all-to-all of `traffic` [..., D, D] bytes with the config's kernel
     (`physics.comm`, the primitive every system prices its dispatch and combine with)."""
     return comm.alltoall_time_s(traffic, cfg.topo, sms=cfg.comm_sms or None,
-                                kernel_name=cfg.comm_kernel, tau=tau)
+                                kernel_name=cfg.comm_kernel, tau=tau, platform=cfg.platform)
 
 
 def time_scale_s(cfg: EPConfig) -> float:

@@ -21,7 +21,7 @@ import numpy as np
 
 from moejax.catalog.hardware import Platform
 from moejax.errors import ConfigError
-from moejax.physics import collectives, gemm, internode, topology
+from moejax.physics import collectives, comm, gemm, internode, topology
 
 US, GBPS, TFLOPS = 1e-6, 1e9, 1e12
 
@@ -34,10 +34,11 @@ def _call(fn, *arrays, **static) -> float:
 
 def nccl_alltoall_time(p: Platform, size_bytes: float) -> float:
     """nccl-tests alltoall_perf time (us) for `size_bytes` per rank (a 1/n share to each rank,
-    its own share local), through the generic all-to-all of `physics.collectives`."""
+    its own share local), through the all-to-all every system prices with (`physics.comm`,
+    kernel "nccl")."""
     n = p.num_devices
     traffic = jnp.full((n, n), size_bytes / n, jnp.float32)
-    return _call(collectives.all_to_all_time_s, traffic, topo=topology.build(p)) / US
+    return _call(comm.alltoall_time_s, traffic, fabric=p) / US
 
 
 def nccl_alltoall_busbw(p: Platform, size_bytes: float) -> float:
@@ -148,11 +149,13 @@ def deepep_low_latency(p: Platform, phase: str, tokens: int, hidden: int, expert
         tr, ms, p, profile=profile), traffic, msgs) / US
 
 
-def _profile(kernel: str) -> gemm.GemmProfile:
-    """GEMM kernel constants by library: DeepGEMM's grouped kernels are wgmma kernels (the
-    full per-SM tensor rate), not the warp-level-MMA grouped kernels of the default profile."""
+def _profile(kernel: str, device) -> gemm.GemmProfile:
+    """GEMM kernel constants by library: DeepGEMM's and Triton's grouped kernels are wgmma
+    kernels at the device's measured GEMM efficiency (`GemmProfile.of`: `gemm_efficiency`,
+    `grouped_gemm_derate` of the hardware TOML), not the warp-level-MMA grouped kernels of the
+    default (cuBLAS, 003's reading) profile."""
     if kernel in ("deepgemm", "triton"):
-        return gemm.GemmProfile(mma_group=1.0)
+        return gemm.GemmProfile.of(device)
     if kernel == "cublas":
         return gemm.GemmProfile()
     raise ConfigError(f"params.kernel = {kernel!r}; allowed: cublas, deepgemm, triton")
@@ -165,7 +168,7 @@ def _gemm_kw(p: Platform, dtype: str, kernel: str) -> dict:
     d = p.device
     return dict(sms=d.sm_count, sm_total=d.sm_count, peak_flops=d.flops(dtype),
                 memory_Bps=d.memory_Bps, weight_bytes=size[dtype], act_bytes=size[dtype],
-                profile=_profile(kernel))
+                profile=_profile(kernel, d))
 
 
 def gemm_grouped(p: Platform, groups: int, m: int, n: int, k: int, dtype: str,

@@ -97,7 +97,6 @@ class DyConfig:
     adaptive_comm_sms: tuple[int, ...] = ()
     name: str = "dysharp"
     link_model: str = "measured"
-    comm_kernel: str = "nccl"  # `physics.comm.KERNELS` kernel of the unicast baselines
 
     @property
     def num_devices(self) -> int:

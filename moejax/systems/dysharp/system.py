@@ -17,7 +17,6 @@ from moejax import relax
 from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
-from moejax.physics import comm
 from moejax.physics.roofline import sustained_flops
 from moejax.system import System
 from moejax.systems import ep, metrics
@@ -321,7 +320,6 @@ def _read_options(t, platform: Platform | None = None, model: ModelSpec | None =
         adaptive_comm_sms=_int_list(t, "adaptive_comm_sms"),
         name=t.str("label", "dysharp"),
         link_model=t.str("link_model", "measured", choices=LINK_MODELS),
-        comm_kernel=t.str("comm_kernel", "nccl", choices=tuple(comm.KERNELS)),
     )
     placement = t._get("placement", "contiguous", False)
     shares = t._get("replica_shares", None, False)
