@@ -206,7 +206,7 @@ def test_every_list_equals_the_registry(capsys):
         assert load_policy(e.default_policy).system == k
     # the parser dispatches every (sub)command to a module of moejax.cli
     fns = {p.get_default("fn") for p in _parsers(build_parser())} - {None}
-    assert len(fns) == 7 and all(f.__module__.startswith("moejax.cli.") for f in fns)
+    assert len(fns) == 8 and all(f.__module__.startswith("moejax.cli.") for f in fns)
 
 
 # --- the layers this registry keeps apart ------------------------------------------------------
