@@ -12,9 +12,9 @@ import numpy as np
 from moejax import systems
 from moejax.cli.args import DEFAULT_GEN, add_distributed_arguments, positive_int
 from moejax.errors import ConfigError
-from moejax.output.results import atomic_write_csv, atomic_write_json
+from moejax.output.results import atomic_write_csv, atomic_write_json, together
 from moejax.output.status import live_status
-from moejax.runner import distributed, sweep
+from moejax.runner import budget, distributed, sweep
 from moejax.trace import gen
 from moejax.trace.requests import WORKLOADS
 
@@ -62,10 +62,14 @@ def command(args) -> int:
     m = setup.model
     key = jax.random.key(args.seed)
     spec = gen.parse_spec(args.trace_gen)
-    traces = gen.generate(spec, key, num_traces=args.traces, iterations=args.iterations,
-                          layers=args.layers, tokens=args.tokens, num_experts=m.num_experts,
-                          top_k=m.top_k)
-    systems.check_trace_fits(traces, m, entry.needs_tokens, setup.policy.system)
+    shape = dict(iterations=args.iterations, layers=args.layers, tokens=args.tokens,
+                 num_experts=m.num_experts, top_k=m.top_k)
+    lazy = gen.generate_chunked(spec, key, num_traces=args.traces, **shape)  # nothing made yet
+    systems.check_trace_fits(lazy, m, entry.needs_tokens, setup.policy.system)
+    tb, scratch = budget.trace_bytes_per_trace(lazy)  # all traces held, a block of points each
+    budget.check_traces_fit(held=args.traces, working=args.traces * (args.points_per_call or 1),
+                            trace_bytes=tb, scratch_bytes=scratch, shape=budget.trace_shape(lazy))
+    traces = gen.generate(spec, key, num_traces=args.traces, **shape)
     sample_keys = jax.random.key_data(jax.random.split(key, 1))
     sample = jax.tree_util.tree_map(lambda x: x[:1], traces)
     plan = sweep.make_plan(setup, entry, traces.num_iterations, list(points), sample,
@@ -85,6 +89,14 @@ def command(args) -> int:
           f"{setup.platform.name}, {m.name}: {wall:.2f} s (params keys "
           f"{list(plan.params_keys)}, hardware keys {list(plan.hardware_keys)})")
     d = Path(args.out)
+    with together():  # the three files or none (a full disk)
+        _write(d, points, cols, args, setup, plan, varies, n_pts, wall)
+    print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
+    return 0
+
+
+def _write(d: Path, points, cols, args, setup, plan, varies, n_pts: int, wall: float) -> None:
+    m = setup.model
     atomic_write_csv(d / "sweep.csv", cols)
     plot(d / "sweep.png", points, cols, args.metric,
          f"{setup.policy.name} on {setup.platform.name}, {m.name}, {args.tokens} tokens, "
@@ -98,8 +110,6 @@ def command(args) -> int:
         "best": {k: float(v[int(np.argmin(cols[f'{args.metric}_mean']))])
                  for k, v in cols.items()},
     })
-    print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
-    return 0
 
 
 SERVING_METRICS = ("itl_mean_s", "itl_p99_s", "throughput_tok_s", "ttft_mean_s")
@@ -130,23 +140,22 @@ def _serving(args, setup, entry, points, varies) -> int:
     print(f"{n_pts} design points x {args.streams} streams of {args.requests} requests, "
           f"{setup.policy.name} on {setup.platform.name}, {m.name}: {wall:.2f} s")
     d = Path(args.out)
-    atomic_write_csv(d / "sweep.csv", cols)
-    rate = "" if "rate" in points else f", {args.rate:g} req/s"
-    plot_serving(d / "sweep.png", points, cols, metric,
-                 f"{setup.policy.name} on {setup.platform.name}, {m.name}, {args.workload}"
-                 f"{rate}, {args.streams} x {args.requests} requests")
-    atomic_write_json(d / "summary.json", {
-        "hardware": setup.platform.name, "model": m.name, "policy": setup.policy.name,
-        "system": setup.policy.system, "rate_per_s": args.rate, "workload": args.workload,
-        "streams": args.streams, "requests_per_stream": args.requests,
-        "vary": {v.key: list(v.values) for v in varies}, "points": n_pts, "metric": metric,
-        "wall_s": wall, "all_done": bool(np.all(cols["all_done"])),
-        "best": {k: float(v[int(np.argmin(cols[metric]) if metric != "throughput_tok_s"
-                                else np.argmax(cols[metric]))])
-                 for k, v in cols.items()},
-    })
-    print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
-    return 0
+    with together():  # the three files or none (a full disk)
+        atomic_write_csv(d / "sweep.csv", cols)
+        rate = "" if "rate" in points else f", {args.rate:g} req/s"
+        plot_serving(d / "sweep.png", points, cols, metric,
+                     f"{setup.policy.name} on {setup.platform.name}, {m.name}, {args.workload}"
+                     f"{rate}, {args.streams} x {args.requests} requests")
+        atomic_write_json(d / "summary.json", {
+            "hardware": setup.platform.name, "model": m.name, "policy": setup.policy.name,
+            "system": setup.policy.system, "rate_per_s": args.rate, "workload": args.workload,
+            "streams": args.streams, "requests_per_stream": args.requests,
+            "vary": {v.key: list(v.values) for v in varies}, "points": n_pts, "metric": metric,
+            "wall_s": wall, "all_done": bool(np.all(cols["all_done"])),
+            "best": {k: float(v[int(np.argmin(cols[metric]) if metric != "throughput_tok_s"
+                                    else np.argmax(cols[metric]))])
+                     for k, v in cols.items()},
+        })
 
 
 def plot_serving(path: Path, points: dict, cols: dict, metric: str, title: str) -> None:

@@ -32,6 +32,7 @@ import optax
 from moejax import systems
 from moejax.errors import CheckpointError, ConfigError, UnknownNameError
 from moejax.output.results import atomic_write_json
+from moejax.runner import budget as memory
 from moejax.runner import engine
 from moejax.system import TuneSetup
 from moejax.systems.fsedp.budget import ChipletBudget
@@ -186,6 +187,8 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
     budget = None
     if cfg.budget:
         budget = ChipletBudget.parse(cfg.budget)
+    if not cfg.trace:
+        check_generated(cfg, s.model)
     recording = recording_split(cfg, s.model) if cfg.trace else None
     layers = cfg.layers if recording is None else recording[0].num_layers
     iterations = cfg.iterations if recording is None else 1
@@ -210,6 +213,22 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
         load_le = np.asarray(train.counts.mean(axis=(0, 1)))
     return Problem(cfg, setup, train, heldout, load_e, make_optimizer(cfg), s.policy, load_le,
                    s.platform)
+
+
+def check_generated(cfg: TuneConfig, model) -> None:
+    """The generated traces' layers are some of the model's MoE layers, and the train and
+    held-out batches (made whole, through `[T, I, L, N, E]` Gumbel scores) and a training
+    batch's simulation fit in memory (`moejax.runner.budget`); one line if not."""
+    if cfg.layers > model.num_sparse_layers:
+        raise ConfigError(f"layers = {cfg.layers}: model {model.name} has "
+                          f"{model.num_sparse_layers} MoE layers; allowed: 1 .. "
+                          f"{model.num_sparse_layers}")
+    i, layers, n, k, e = cfg.iterations, cfg.layers, cfg.tokens, model.top_k, model.num_experts
+    memory.check_traces_fit(
+        held=cfg.traces + cfg.eval_traces, working=cfg.batch,
+        trace_bytes=8 * i * layers * n * k + 5 * i * n + 4 * i * layers * e, scratch_bytes=0,
+        extra_bytes=4 * max(cfg.traces, cfg.eval_traces) * i * layers * n * e,
+        shape=(i, layers, n))
 
 
 def recording_split(cfg: TuneConfig, model):
@@ -419,6 +438,9 @@ def open_run(cfg: TuneConfig, out: str | Path, resume: bool, raw, opt_state,
     fresh, or restored from `out` under `resume`. A folder that already holds checkpoints
     without `resume`, or one saved by a different run spec, is an error. primary_only: the
     caller is process 0 of a multi-process run and alone writes (`moejax.tune.parallel`)."""
+    if resume and not Path(out).is_dir():
+        raise CheckpointError(f"{out}: no such checkpoint folder, so there is no tuning run to "
+                              "resume; leave resume out to start one")
     mgr = ck.Checkpoints(out, every=cfg.every, keep=cfg.keep, primary_only=primary_only)
     step, history = 0, []
     if mgr.latest_step() is not None:
