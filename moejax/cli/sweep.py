@@ -81,6 +81,7 @@ def command(args) -> int:
     if args.metric not in out or np.ndim(out[args.metric]) != 2:
         per_trace = sorted(k for k, v in out.items() if np.ndim(v) == 2)
         raise ConfigError(f"--metric {args.metric!r}: allowed: {', '.join(per_trace)}")
+    check_finished(points, out, setup.policy.system)
     cols = sweep.summarize(points, out, args.metric)
     n_pts = len(next(iter(points.values())))
     if not distributed.is_writer():  # multi-process run: process 0 prints and writes
@@ -110,6 +111,21 @@ def _write(d: Path, points, cols, args, setup, plan, varies, n_pts: int, wall: f
         "best": {k: float(v[int(np.argmin(cols[f'{args.metric}_mean']))])
                  for k, v in cols.items()},
     })
+
+
+def check_finished(points: dict, out: dict, system: str) -> None:
+    """ConfigError naming the design points whose run leaves layers unfinished (FSE-DP: a
+    micro-slice count too coarse for the weight buffer, 000 §IV-B, which `simulate` raises
+    to fit from a policy but a swept value sets as given): their metrics read 0 or absurd."""
+    left = np.asarray(out.get("unfinished_layers", 0.0))
+    if left.ndim != 2 or not (left > 0).any():
+        return
+    bad = np.nonzero((left > 0).any(axis=1))[0]
+    at = ", ".join(f"{k}={points[k][bad[0]]:g}" for k in points)
+    raise ConfigError(f"--vary: {len(bad)} of {left.shape[0]} design points (the first at "
+                      f"{at}) leave {system} layers unfinished, so their latency would read 0; "
+                      "allowed: values whose run finishes (num_microslices: micro-slices "
+                      "that fit the weight buffer twice)")
 
 
 SERVING_METRICS = ("itl_mean_s", "itl_p99_s", "throughput_tok_s", "ttft_mean_s")

@@ -121,15 +121,16 @@ def check_traces_fit(*, held: int, working: int, trace_bytes: int, scratch_bytes
     if need <= limit:
         return
     what = f"{held} traces held and {working} simulated at once" if held else "one trace"
+    verb = "need" if held else "needs"
     if shape is None:
-        raise ConfigError(f"tokens: {what} need about {_gb(need)}; {_gb(available)} is "
+        raise ConfigError(f"tokens: {what} {verb} about {_gb(need)}; {_gb(available)} is "
                           "available and a run may use half; use fewer --tokens, --layers "
                           "or --iterations")
     i, layers, n = shape
     most = int(n * limit // need)  # the bytes grow in proportion to the tokens
     raise ConfigError(
         f"tokens: {what} of {i} iteration{'s' * (i != 1)} x {layers} layer"
-        f"{'s' * (layers != 1)} x {n} tokens need about {_gb(need)}; {_gb(available)} is "
+        f"{'s' * (layers != 1)} x {n} tokens {verb} about {_gb(need)}; {_gb(available)} is "
         f"available and a run may use half; use at most {most} --tokens at these --layers "
         f"and --iterations" + (" (or fewer --traces)" if held else ""))
 

@@ -114,6 +114,11 @@ class TuneConfig:
             raise ConfigError(f"batch = {self.batch}; allowed: <= traces = {self.traces}")
         if not self.gumbel >= 0:
             raise ConfigError(f"gumbel = {self.gumbel!r}; allowed: >= 0")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ConfigError(f"warmup = {self.warmup!r}; allowed: an integer >= 0 (steps)")
+        if not self.sim_tau_scale >= 0:
+            raise ConfigError(f"sim_tau_scale = {self.sim_tau_scale!r}; allowed: >= 0 (the "
+                              "system's temperature is this times the family's)")
         if not (self.lr > 0 and self.clip > 0 and 0 < self.tau_end <= self.tau_start):
             raise ConfigError("lr, clip > 0 and 0 < tau_end <= tau_start required; got "
                               f"lr={self.lr}, clip={self.clip}, tau_start={self.tau_start}, "
