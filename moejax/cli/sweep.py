@@ -172,6 +172,8 @@ def _serving(args, setup, entry, points, varies) -> int:
                                     else np.argmax(cols[metric]))])
                      for k, v in cols.items()},
         })
+    print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
+    return 0
 
 
 def plot_serving(path: Path, points: dict, cols: dict, metric: str, title: str) -> None:
