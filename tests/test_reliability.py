@@ -127,7 +127,7 @@ def test_simulate_a_recording_refuses_layers(tmp_path, capsys):
 def test_tune_resume_on_a_missing_folder_is_a_checkpoint_error(tmp_path, capsys):
     out = tmp_path / "none"
     rc = main(["tune", "--resume", "--steps", "2", "--out", str(out), "--quiet"])
-    _one_line(capsys, rc, "--resume: --out", "does not exist", "leave --resume out")
+    _one_line(capsys, rc, f"--resume: {out}: no such checkpoint folder", "leave --resume out")
     with pytest.raises(CheckpointError, match="no such checkpoint folder"):
         tune(TuneConfig(**SMALL), out, resume=True, progress=False)
     assert list(tmp_path.iterdir()) == []

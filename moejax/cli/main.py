@@ -31,11 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:  # the parser imports the subcommands' modules (jax): seconds that Ctrl-C may hit
         args = build_parser().parse_args(argv)
-        from moejax.cli.outputs import check_outputs, check_resume, lock_outputs
+        from moejax.cli.outputs import check_outputs, lock_outputs
         from moejax.runner import distributed
 
         check_outputs(args)  # before any work: a bad --out is one line, nothing written
-        check_resume(args)
         distributed.initialize(distributed.launch_from_args(args))
         if not distributed.is_writer():  # process 0 alone writes, and locks
             return args.fn(args)

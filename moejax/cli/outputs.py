@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from moejax.errors import CheckpointError
 from moejax.output.lock import folder_lock
 from moejax.output.outpaths import check_dir, check_file
 
@@ -44,15 +43,6 @@ def _command(args) -> tuple:
     return (args.cmd, getattr(args, "trace_cmd", None) or getattr(args, "export_cmd", None))
 
 
-def check_resume(args) -> None:
-    """`tune --resume` continues the run in `--out`: a folder that does not exist holds none,
-    a CheckpointError (checked here, before the lock makes the folder; `simulate --resume`
-    says the same through `moejax.runner.stream`)."""
-    if args.cmd == "tune" and args.resume and not Path(args.out).is_dir():
-        raise CheckpointError(f"--resume: --out {args.out} does not exist, so there is no "
-                              "tuning run to continue; leave --resume out to start one")
-
-
 def written_folders(args) -> list[tuple[str, str]]:
     """(option, folder) of each folder the parsed command `args` writes into."""
     found = [("--" + dest.replace("_", "-"), getattr(args, dest, None))
@@ -69,6 +59,8 @@ def lock_outputs(args) -> contextlib.ExitStack:
     stack = contextlib.ExitStack()
     try:
         for option, folder in written_folders(args):
+            if getattr(args, "resume", False) and not Path(folder).is_dir():
+                continue  # nothing to resume there: the command says so, and makes nothing
             stack.enter_context(folder_lock(folder, option))
     except BaseException:
         stack.close()

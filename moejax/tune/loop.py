@@ -444,8 +444,8 @@ def open_run(cfg: TuneConfig, out: str | Path, resume: bool, raw, opt_state,
     without `resume`, or one saved by a different run spec, is an error. primary_only: the
     caller is process 0 of a multi-process run and alone writes (`moejax.tune.parallel`)."""
     if resume and not Path(out).is_dir():
-        raise CheckpointError(f"{out}: no such checkpoint folder, so there is no tuning run to "
-                              "resume; leave resume out to start one")
+        raise CheckpointError(f"--resume: {out}: no such checkpoint folder, so there is no "
+                              "tuning run to continue; leave --resume out to start one")
     mgr = ck.Checkpoints(out, every=cfg.every, keep=cfg.keep, primary_only=primary_only)
     step, history = 0, []
     if mgr.latest_step() is not None:
