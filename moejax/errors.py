@@ -34,3 +34,9 @@ class TraceError(MoejaxError, ValueError):
 
 class CheckpointError(MoejaxError):
     """A checkpoint that is missing, corrupt, or does not match what is being restored."""
+
+
+class OutputError(MoejaxError):
+    """A result, checkpoint or trace file that cannot be written here (a full disk, a quota,
+    a read-only file system, no permission), or an output folder another run is writing:
+    the message says what was left (nothing half-written) and how to go on."""

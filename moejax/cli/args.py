@@ -14,6 +14,14 @@ class DefaultInt(int):
     (`simulate --trace` refuses --tokens / --traces / --iterations given explicitly)."""
 
 
+def given(args, *dests: str) -> list[str]:
+    """The options among `dests` (argparse dests) given on the command line, as `--name`:
+    a default is a `DefaultInt`, None or False, so any other value was given."""
+    return [f"--{d.replace('_', '-')}" for d in dests
+            if not isinstance(v := getattr(args, d, None), DefaultInt)
+            and v is not None and v is not False]
+
+
 def positive_int(s: str) -> int:
     try:
         v = int(s)

@@ -28,7 +28,18 @@ def polish(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     for p in _parsers(parser):
         _with_defaults(p)
+        _one_line_errors(p)
     return parser
+
+
+def _one_line_errors(parser: argparse.ArgumentParser) -> None:
+    """A usage error is one line naming the option and what is allowed, exit code 2 (as every
+    other bad input), pointing at `--help` instead of printing the whole usage first."""
+
+    def error(message: str):
+        parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
+
+    parser.error = error
 
 
 def _subcommands(parser) -> list[str]:

@@ -34,14 +34,26 @@ def main(argv: list[str] | None = None) -> int:
 
         provenance.set_command(sys.argv[1:] if argv is None else list(argv))
         args = build_parser().parse_args(argv)
-        from moejax.cli.outputs import check_outputs
+        from moejax.cli.outputs import check_outputs, lock_outputs
         from moejax.runner import distributed
 
         check_outputs(args)  # before any work: a bad --out is one line, nothing written
         distributed.initialize(distributed.launch_from_args(args))
-        return args.fn(args)
+        if not distributed.is_writer():  # process 0 alone writes, and locks
+            return args.fn(args)
+        with lock_outputs(args):  # one run per --out at a time
+            return args.fn(args)
     except MoejaxError as e:
         print(f"moejax: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a write refused by the file system, where no layer said more
+        from moejax.output.results import write_error_reason
+
+        reason = write_error_reason(e)
+        if reason is None:
+            raise
+        where = f" {e.filename}" if getattr(e, "filename", None) else ""
+        print(f"moejax: error: cannot write{where}: {reason}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("moejax: interrupted", file=sys.stderr)

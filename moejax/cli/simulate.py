@@ -15,11 +15,17 @@ from rich.console import Console
 from rich.table import Table
 
 from moejax import api, systems
-from moejax.cli.args import DEFAULT_GEN, DefaultInt, add_distributed_arguments, positive_int
+from moejax.cli.args import (
+    DEFAULT_GEN,
+    DefaultInt,
+    add_distributed_arguments,
+    given,
+    positive_int,
+)
 from moejax.cli.trace import check_recording_args
 from moejax.errors import ConfigError
 from moejax.output import provenance as run_provenance
-from moejax.output.results import atomic_write_csv, atomic_write_json
+from moejax.output.results import atomic_write_csv, atomic_write_json, together
 from moejax.output.status import live_status
 from moejax.runner import budget, distributed, engine, stream
 from moejax.systems import rebalancing
@@ -60,9 +66,9 @@ def add_parser(sub):
                    help=f"{serving}: Poisson requests/s")
     s.add_argument("--workload", default="medium",
                    help=f"{serving}: short | medium | reasonable (002 §5)")
-    s.add_argument("--streams", type=positive_int, default=1,
+    s.add_argument("--streams", type=positive_int, default=DefaultInt(1),
                    help=f"{serving}: request streams")
-    s.add_argument("--requests", type=positive_int, default=256,
+    s.add_argument("--requests", type=positive_int, default=DefaultInt(256),
                    help=f"{serving}: requests per stream")
     s.set_defaults(fn=run)
     add_distributed_arguments(s)
@@ -73,6 +79,10 @@ def run(args) -> int:
     policy = systems.checked_policy(args.policy)
     if systems.entry(policy.system).input_kind == "streams":  # request streams, not traces
         return run_streams(args)
+    if unused := given(args, "rate", "streams", "requests"):  # an option must have its effect
+        raise ConfigError(f"{' / '.join(unused)}: policy {args.policy!r} simulates routing "
+                          f"traces, not request streams ({', '.join(systems.names('streams'))}"
+                          " policies take them); drop them")
     setup = api.resolve(args.hardware, args.model, args.policy)
     m = setup.model
     key = jax.random.key(args.seed)
@@ -144,8 +154,9 @@ def run(args) -> int:
             v = np.asarray(v)
             if v.ndim == 1:
                 cols[k] = v
-        atomic_write_csv(out_dir / "results.csv", cols)
-        atomic_write_json(out_dir / "summary.json", summary)
+        with together():  # both files or neither (a full disk)
+            atomic_write_csv(out_dir / "results.csv", cols)
+            atomic_write_json(out_dir / "summary.json", summary)
         print(f"wrote {out_dir / 'results.csv'} and {out_dir / 'summary.json'}")
     return 0
 
@@ -184,6 +195,11 @@ def run_streams(args) -> int:
         raise ConfigError(f"--trace: policy {args.policy!r} draws its routing from a Poisson "
                           "request stream (--rate, --workload), not from a recorded trace; "
                           "drop --trace")
+    if unused := given(args, "tokens", "traces", "iterations", "layers", "chunk", "stream",
+                       "resume"):
+        raise ConfigError(f"{' / '.join(unused)}: policy {args.policy!r} serves Poisson "
+                          "request streams (--rate, --workload, --streams, --requests), not "
+                          "routing traces; drop them")
     if args.rate is None or args.rate <= 0:
         raise ConfigError(f"--rate = {args.rate!r}; stream-serving policies need a Poisson "
                           "arrival rate > 0 (requests/s)")
@@ -221,8 +237,9 @@ def run_streams(args) -> int:
         d = Path(args.out)
         cols = {"stream": np.arange(args.streams)}
         cols.update({k: v for k, v in out.items() if np.ndim(v) == 1})
-        atomic_write_csv(d / "results.csv", cols)
-        atomic_write_json(d / "summary.json", summary)
+        with together():
+            atomic_write_csv(d / "results.csv", cols)
+            atomic_write_json(d / "summary.json", summary)
         print(f"wrote {d / 'results.csv'} and {d / 'summary.json'}")
     return 0
 
@@ -279,7 +296,8 @@ def simulate_streamed(args, setup, traces, key, source: str, prov: dict) -> int:
     chunk = min(n, args.chunk or engine.default_chunk(traces, system))
     tb, scratch = budget.trace_bytes_per_trace(traces)
     chunk = budget.plan_chunk(n, chunk, trace_bytes=tb, scratch_bytes=scratch, metric_bytes=0,
-                              metric_scalars=0, chunk_given=args.chunk is not None)
+                              metric_scalars=0, chunk_given=args.chunk is not None,
+                              shape=budget.trace_shape(traces))
     meta = {"hardware": setup.platform.name, "model": m.name, "policy": setup.policy.name,
             "system": setup.policy.system, "trace_source": source, "traces": n,
             "tokens": int(traces.num_tokens), "iterations": int(traces.num_iterations),

@@ -13,9 +13,9 @@ from moejax import systems
 from moejax.cli.args import DEFAULT_GEN, add_distributed_arguments, positive_int
 from moejax.errors import ConfigError
 from moejax.output import provenance
-from moejax.output.results import atomic_write_csv, atomic_write_json
+from moejax.output.results import atomic_write_csv, atomic_write_json, together
 from moejax.output.status import live_status
-from moejax.runner import distributed, sweep
+from moejax.runner import budget, distributed, sweep
 from moejax.trace import fit, gen
 from moejax.trace import provenance as trace_provenance
 from moejax.trace.requests import WORKLOADS
@@ -65,10 +65,14 @@ def command(args) -> int:
     m = setup.model
     key = jax.random.key(args.seed)
     spec = fit.load_spec(args.trace_gen)  # a spec, or a fit file's pooled spec
-    traces = gen.generate(spec, key, num_traces=args.traces, iterations=args.iterations,
-                          layers=args.layers, tokens=args.tokens, num_experts=m.num_experts,
-                          top_k=m.top_k)
-    systems.check_trace_fits(traces, m, entry.needs_tokens, setup.policy.system)
+    shape = dict(iterations=args.iterations, layers=args.layers, tokens=args.tokens,
+                 num_experts=m.num_experts, top_k=m.top_k)
+    lazy = gen.generate_chunked(spec, key, num_traces=args.traces, **shape)  # nothing made yet
+    systems.check_trace_fits(lazy, m, entry.needs_tokens, setup.policy.system)
+    tb, scratch = budget.trace_bytes_per_trace(lazy)  # all traces held, a block of points each
+    budget.check_traces_fit(held=args.traces, working=args.traces * (args.points_per_call or 1),
+                            trace_bytes=tb, scratch_bytes=scratch, shape=budget.trace_shape(lazy))
+    traces = gen.generate(spec, key, num_traces=args.traces, **shape)
     sample_keys = jax.random.key_data(jax.random.split(key, 1))
     sample = jax.tree_util.tree_map(lambda x: x[:1], traces)
     plan = sweep.make_plan(setup, entry, traces.num_iterations, list(points), sample,
@@ -80,6 +84,7 @@ def command(args) -> int:
     if args.metric not in out or np.ndim(out[args.metric]) != 2:
         per_trace = sorted(k for k, v in out.items() if np.ndim(v) == 2)
         raise ConfigError(f"--metric {args.metric!r}: allowed: {', '.join(per_trace)}")
+    check_finished(points, out, setup.policy.system)
     cols = sweep.summarize(points, out, args.metric)
     n_pts = len(next(iter(points.values())))
     if not distributed.is_writer():  # multi-process run: process 0 prints and writes
@@ -88,6 +93,15 @@ def command(args) -> int:
           f"{setup.platform.name}, {m.name}: {wall:.2f} s (params keys "
           f"{list(plan.params_keys)}, hardware keys {list(plan.hardware_keys)})")
     d = Path(args.out)
+    with together():  # the three files or none (a full disk)
+        _write(d, points, cols, args, setup, plan, varies, n_pts, wall, spec)
+    print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
+    return 0
+
+
+def _write(d: Path, points, cols, args, setup, plan, varies, n_pts: int, wall: float,
+           spec) -> None:
+    m = setup.model
     atomic_write_csv(d / "sweep.csv", cols)
     plot(d / "sweep.png", points, cols, args.metric,
          f"{setup.policy.name} on {setup.platform.name}, {m.name}, {args.tokens} tokens, "
@@ -104,8 +118,21 @@ def command(args) -> int:
             **trace_provenance.generated(gen.spec_to_str(spec), args.seed),
             **({"fit": args.trace_gen} if args.trace_gen.strip().endswith(".json") else {})}),
     })
-    print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
-    return 0
+
+
+def check_finished(points: dict, out: dict, system: str) -> None:
+    """ConfigError naming the design points whose run leaves layers unfinished (FSE-DP: a
+    micro-slice count too coarse for the weight buffer, 000 §IV-B, which `simulate` raises
+    to fit from a policy but a swept value sets as given): their metrics read 0 or absurd."""
+    left = np.asarray(out.get("unfinished_layers", 0.0))
+    if left.ndim != 2 or not (left > 0).any():
+        return
+    bad = np.nonzero((left > 0).any(axis=1))[0]
+    at = ", ".join(f"{k}={points[k][bad[0]]:g}" for k in points)
+    raise ConfigError(f"--vary: {len(bad)} of {left.shape[0]} design points (the first at "
+                      f"{at}) leave {system} layers unfinished, so their latency would read 0; "
+                      "allowed: values whose run finishes (num_microslices: micro-slices "
+                      "that fit the weight buffer twice)")
 
 
 SERVING_METRICS = ("itl_mean_s", "itl_p99_s", "throughput_tok_s", "ttft_mean_s")
@@ -136,23 +163,24 @@ def _serving(args, setup, entry, points, varies) -> int:
     print(f"{n_pts} design points x {args.streams} streams of {args.requests} requests, "
           f"{setup.policy.name} on {setup.platform.name}, {m.name}: {wall:.2f} s")
     d = Path(args.out)
-    atomic_write_csv(d / "sweep.csv", cols)
-    rate = "" if "rate" in points else f", {args.rate:g} req/s"
-    plot_serving(d / "sweep.png", points, cols, metric,
-                 f"{setup.policy.name} on {setup.platform.name}, {m.name}, {args.workload}"
-                 f"{rate}, {args.streams} x {args.requests} requests")
-    atomic_write_json(d / "summary.json", {
-        "hardware": setup.platform.name, "model": m.name, "policy": setup.policy.name,
-        "system": setup.policy.system, "rate_per_s": args.rate, "workload": args.workload,
-        "streams": args.streams, "requests_per_stream": args.requests,
-        "vary": {v.key: list(v.values) for v in varies}, "points": n_pts, "metric": metric,
-        "wall_s": wall, "all_done": bool(np.all(cols["all_done"])),
-        "best": {k: float(v[int(np.argmin(cols[metric]) if metric != "throughput_tok_s"
-                                else np.argmax(cols[metric]))])
-                 for k, v in cols.items()},
-        "provenance": provenance.record(args.seed, {
-            "kind": "request streams", "workload": args.workload, "seed": args.seed}),
-    })
+    with together():  # the three files or none (a full disk)
+        atomic_write_csv(d / "sweep.csv", cols)
+        rate = "" if "rate" in points else f", {args.rate:g} req/s"
+        plot_serving(d / "sweep.png", points, cols, metric,
+                     f"{setup.policy.name} on {setup.platform.name}, {m.name}, {args.workload}"
+                     f"{rate}, {args.streams} x {args.requests} requests")
+        atomic_write_json(d / "summary.json", {
+            "hardware": setup.platform.name, "model": m.name, "policy": setup.policy.name,
+            "system": setup.policy.system, "rate_per_s": args.rate, "workload": args.workload,
+            "streams": args.streams, "requests_per_stream": args.requests,
+            "vary": {v.key: list(v.values) for v in varies}, "points": n_pts, "metric": metric,
+            "wall_s": wall, "all_done": bool(np.all(cols["all_done"])),
+            "best": {k: float(v[int(np.argmin(cols[metric]) if metric != "throughput_tok_s"
+                                    else np.argmax(cols[metric]))])
+                     for k, v in cols.items()},
+            "provenance": provenance.record(args.seed, {
+                "kind": "request streams", "workload": args.workload, "seed": args.seed}),
+        })
     print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
     return 0
 

@@ -269,11 +269,14 @@ def inspect_extra(tr, meta: dict, plot_path: str | None, as_json: str | None,
 
 
 def check_recording_args(args, default_type) -> None:
-    """`simulate --trace FILE` takes the recording's own shape: --tokens, --traces and
-    --iterations given on the command line would be ignored, so they are refused."""
+    """`simulate --trace FILE` takes the recording's own shape: --tokens, --traces,
+    --iterations and --layers given on the command line would be ignored, so they are
+    refused."""
     given = [f"--{name}" for name in ("tokens", "traces", "iterations")
              if not isinstance(getattr(args, name, None), default_type)]
+    given += ["--layers"] if getattr(args, "layers", None) is not None else []
     if given:
         raise ConfigError(f"{' / '.join(given)}: --trace {args.trace} simulates the recording "
-                          "as recorded (its own traces, iterations and tokens per iteration); "
+                          "as recorded (its own traces, iterations, layers and tokens per "
+                          "iteration); "
                           "drop them, or re-import with --tokens-per-iteration (esft)")

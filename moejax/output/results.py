@@ -1,29 +1,147 @@
-"""Result files written atomically: a temp file in the same folder, then a rename."""
+"""Result files written atomically: a temp file in the same folder, then a rename.
+
+Every file is created with the permissions the umask gives a new file (`0o666 & ~umask`,
+as `open` would), not the 0600 of a bare `mkstemp`. A write the file system refuses (full
+disk, quota, read-only, no permission) is an `OutputError` line, and leaves neither the temp
+file nor a folder made for it. `together()` renames several files in only when all are
+written (a results.csv beside a summary.json of another run is never left).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import csv
+import errno
 import io
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from moejax.errors import OutputError
+
+# errno values that say the place cannot take the file (the machine's state, not a bug):
+# no space, quota, file too large (RLIMIT_FSIZE), read-only file system, no permission, I/O.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES,
+                          errno.EPERM, errno.EIO})
+
+# renames held back by `together()`: (temp file, destination), in write order
+_pending: contextvars.ContextVar[list | None] = contextvars.ContextVar("pending", default=None)
+
+
+def umask() -> int:
+    """This process's umask (read without changing it where /proc tells it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def write_error_reason(err: BaseException) -> str | None:
+    """The strerror of a refused write (`WRITE_ERRNOS`) found in `err` or its causes, else
+    None. Also reads tensorstore's messages (orbax), which carry `[os_error_code='28']`."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in WRITE_ERRNOS:
+            return err.strerror or os.strerror(err.errno)
+        text = str(err)
+        for code in WRITE_ERRNOS:
+            if f"os_error_code='{code}'" in text:
+                return os.strerror(code)
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def refused(path: Path | str, err: BaseException | str,
+            left: str = "nothing was written") -> OutputError:
+    """The `OutputError` for a write of `path` that the file system refused with `err` (an
+    exception, or its reason); `.path` and `.reason` keep both for a caller that says more
+    about what was `left`."""
+    reason = err if isinstance(err, str) else write_error_reason(err) or str(err)
+    out = OutputError(f"cannot write {path}: {reason}; {left}")
+    out.path, out.reason = Path(path), reason
+    return out
+
+
+def made_folders(folder: Path) -> list[Path]:
+    """The folders `folder.mkdir(parents=True)` would make, outermost first."""
+    folder = Path(folder).absolute()
+    return [p for p in [*reversed(folder.parents), folder] if not p.exists()]
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove `folders` (outermost first, as `made_folders` lists them) that are empty."""
+    for p in reversed(folders):
+        with contextlib.suppress(OSError):
+            p.rmdir()
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path | str, fsync: bool = False) -> Iterator:
+    """Yield a binary file whose bytes become `path` when the block ends (renamed in from a
+    temp file in the same folder; held back to the end of an enclosing `together()`). On
+    any error the temp file and the folders made for it are removed; a refused write
+    (`WRITE_ERRNOS`) is an `OutputError`."""
+    path = Path(path)
+    made = made_folders(path.parent)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.fchmod(fd, 0o666 & ~umask())
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        pending = _pending.get()
+        if pending is None:
+            os.replace(tmp, path)
+        else:
+            pending.append((tmp, path))
+    except BaseException as err:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        remove_empty(made)
+        if write_error_reason(err) is not None and not isinstance(err, OutputError):
+            raise refused(path, err) from None
+        raise
+
+
+@contextlib.contextmanager
+def together() -> Iterator[None]:
+    """Files written by `atomic_file` (and the `atomic_write_*` functions) inside the block
+    are renamed in, in the order written, only when the block ends without an error;
+    otherwise none is (their temp files are removed)."""
+    pending: list = []
+    token = _pending.set(pending)
+    try:
+        yield
+    except BaseException:
+        for tmp, _ in pending:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        _pending.reset(token)
+    for tmp, path in pending:
+        os.replace(tmp, path)
+
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
     """Write `data` to `path` so that readers see the old file or the whole new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as f:
+        f.write(data)
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:

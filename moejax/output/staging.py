@@ -11,6 +11,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from moejax.output.results import refused, remove_empty, umask, write_error_reason
+
 LAST = "summary.json"  # moved in last: its presence says the folder is complete
 
 
@@ -24,16 +26,22 @@ def staged_dir(out_dir: Path | str) -> Iterator[Path]:
     """
     out_dir = Path(out_dir)
     made = [p for p in reversed(out_dir.absolute().parents) if not p.exists()]
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
     try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.",
+                                    suffix=".tmp"))
+    except OSError as err:
+        remove_empty(made)
+        if write_error_reason(err) is None:
+            raise
+        raise refused(out_dir, err) from None
+    try:
+        os.chmod(tmp, 0o777 & ~umask())  # the folder renamed in: a new folder's mode, not 0700
         yield tmp
         _move_in(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        for p in reversed(made):  # folders made for out_dir, innermost first, if empty
-            with contextlib.suppress(OSError):
-                p.rmdir()
+        remove_empty(made)  # folders made for out_dir, innermost first, if empty
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

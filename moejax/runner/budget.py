@@ -34,6 +34,12 @@ CSV_BYTES_PER_VALUE = 16 * 3
 RUN_SHARE = 0.5
 # ... and one chunk under this share, so the chunk is never what runs out.
 CHUNK_SHARE = 0.125
+# What simulating traces holds at its peak, per trace, as a multiple of what `plan_chunk`
+# counts for it (its leaves twice plus the generator's scratch): the engine's own arrays
+# come on top. Measured (peak RSS of `moejax simulate --traces 1`, ep on chiplet-2x2,
+# qwen3-30b-a3b): 2.1 kB more per token (and per layer) from 1 M to 2 M tokens and from 1 to
+# 4 layers, where the count is 1.16 kB.
+PEAK_FACTOR = 2
 
 
 def available_bytes() -> int:
@@ -95,13 +101,50 @@ def trace_bytes_per_trace(traces) -> tuple[int, int]:
     return int(total // max(batch_size(traces), 1)), 0
 
 
+def trace_shape(traces) -> tuple[int, int, int]:
+    """(iterations, layers, tokens) of one trace of a batch (or a `ChunkedTraces`)."""
+    return int(traces.num_iterations), int(traces.num_layers), int(traces.num_tokens)
+
+
+def check_traces_fit(*, held: int, working: int, trace_bytes: int, scratch_bytes: int,
+                     shape: tuple[int, int, int] | None, extra_bytes: int = 0,
+                     available: int | None = None) -> None:
+    """ConfigError (one line, naming --tokens) when `held` whole traces plus `working`
+    traces simulated at once (each `PEAK_FACTOR` x its leaves twice and its scratch) plus
+    `extra_bytes` need more than `RUN_SHARE` of the available memory: no chunk size makes
+    such a run fit, and it would end killed by the kernel. shape: one trace's (iterations,
+    layers, tokens)."""
+    available = available_bytes() if available is None else available
+    need = (held * trace_bytes + working * PEAK_FACTOR * (2 * trace_bytes + scratch_bytes)
+            + extra_bytes)
+    limit = RUN_SHARE * available
+    if need <= limit:
+        return
+    what = f"{held} traces held and {working} simulated at once" if held else "one trace"
+    verb = "need" if held else "needs"
+    if shape is None:
+        raise ConfigError(f"tokens: {what} {verb} about {_gb(need)}; {_gb(available)} is "
+                          "available and a run may use half; use fewer --tokens, --layers "
+                          "or --iterations")
+    i, layers, n = shape
+    most = int(n * limit // need)  # the bytes grow in proportion to the tokens
+    raise ConfigError(
+        f"tokens: {what} of {i} iteration{'s' * (i != 1)} x {layers} layer"
+        f"{'s' * (layers != 1)} x {n} tokens {verb} about {_gb(need)}; {_gb(available)} is "
+        f"available and a run may use half; use at most {most} --tokens at these --layers "
+        f"and --iterations" + (" (or fewer --traces)" if held else ""))
+
+
 def plan_chunk(num_traces: int, chunk: int, *, trace_bytes: int, scratch_bytes: int,
                metric_bytes: int, metric_scalars: int, chunk_given: bool,
-               available: int | None = None) -> int:
+               available: int | None = None, shape: tuple[int, int, int] | None = None) -> int:
     """The chunk to run with: `chunk`, halved until a chunk fits `CHUNK_SHARE` of the
-    available memory. ConfigError (one line) when the whole run does not fit `RUN_SHARE`,
-    or when a `chunk_given` by the user does not fit."""
+    available memory. ConfigError (one line) when one trace does not fit (see
+    `check_traces_fit`; shape: its iterations, layers, tokens, for the message), when the
+    whole run does not fit `RUN_SHARE`, or when a `chunk_given` by the user does not fit."""
     available = available_bytes() if available is None else available
+    check_traces_fit(held=0, working=1, trace_bytes=trace_bytes, scratch_bytes=scratch_bytes,
+                     shape=shape, available=available)
     run = num_traces * (KEY_BYTES_PER_TRACE + METRIC_COPIES * metric_bytes
                         + CSV_BYTES_PER_VALUE * metric_scalars)
     if run > RUN_SHARE * available:
@@ -138,11 +181,14 @@ def check(system, params, traces, chunk_size: int | None) -> int:
     n = batch_size(traces)
     chunk = min(n, chunk_size or default_chunk(traces, system))
     trace_bytes, scratch_bytes = trace_bytes_per_trace(traces)
+    # first: tracing the system for the metrics' shapes builds its per-token constants
+    check_traces_fit(held=0, working=1, trace_bytes=trace_bytes, scratch_bytes=scratch_bytes,
+                     shape=trace_shape(traces))
     metric_bytes, metric_scalars = (metric_bytes_per_trace(system, params, traces)
                                     if n > chunk else (0, 0))
     return plan_chunk(n, chunk, trace_bytes=trace_bytes, scratch_bytes=scratch_bytes,
                       metric_bytes=metric_bytes, metric_scalars=metric_scalars,
-                      chunk_given=chunk_size is not None)
+                      chunk_given=chunk_size is not None, shape=trace_shape(traces))
 
 
 def check_whole_batch(traces, copies: int = 3, available: int | None = None) -> None:

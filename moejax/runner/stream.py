@@ -40,8 +40,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from moejax.errors import ConfigError
-from moejax.output.results import atomic_write_bytes
+from moejax.errors import ConfigError, OutputError
+from moejax.output.results import atomic_write_bytes, made_folders, refused, remove_empty
 from moejax.runner import distributed, engine
 from moejax.runner.sketch import ALPHA, LogHistogram, RunningMean
 from moejax.trace.chunked import key_data_of
@@ -202,6 +202,19 @@ def _save_state(out_dir: Path, meta: dict, done: int, parts: int, sums: Summarie
     atomic_write_bytes(out_dir / STATE, buf.getvalue())
 
 
+def _refused(err: OutputError, out_dir: Path, made: list[Path], n: int) -> OutputError:
+    """`err` (a part or the state refused by the file system), saying what the folder
+    holds now: the traces its state counts, resumable, or nothing (the folders made for
+    the run, if left empty, removed)."""
+    if not (out_dir / STATE).exists():
+        remove_empty(made)
+        return refused(err.path, err.reason, "nothing was written")
+    done = load_state(out_dir)[1]
+    return refused(err.path, err.reason,
+                   f"{out_dir} keeps the first {done} of {n} traces and can be resumed: free "
+                   "space, then rerun the same command with --resume")
+
+
 def load_state(out_dir: Path) -> tuple[dict, int, int, dict]:
     """(settings, traces done, parts written, raw summary state) of a streamed run."""
     with np.load(Path(out_dir) / STATE) as z:
@@ -271,6 +284,7 @@ def run(system, params, traces, key, *, chunk: int, meta: dict, out_dir: Path | 
     runs this with the same arguments; process 0 keeps the summaries and writes, the others
     get None summaries (`round_traces`: see `iter_rounds`)."""
     n = engine.batch_size(traces)
+    made = made_folders(out_dir / PARTS) if out_dir is not None else []
     start, parts, sums, meta = _open_everywhere(out_dir, resume, meta)
     chunk = int(meta["chunk"])
     writer = distributed.is_writer()
@@ -290,10 +304,15 @@ def run(system, params, traces, key, *, chunk: int, meta: dict, out_dir: Path | 
         if out_dir is None:
             return
         data = _parquet_bytes(cols)
+        part = _part_path(out_dir, parts)
         with _hold_sigint():  # the part and the state that counts it, or neither
-            atomic_write_bytes(_part_path(out_dir, parts), data)
+            try:
+                atomic_write_bytes(part, data)
+                _save_state(out_dir, meta, lo_done, parts + 1, sums)
+            except OutputError as e:  # a full disk: the folder stays as the last state says
+                part.unlink(missing_ok=True)
+                raise _refused(e, out_dir, made, n) from None
             parts += 1
-            _save_state(out_dir, meta, lo_done, parts, sums)
 
     done_now = 0
     starts = range(start, n, chunk)

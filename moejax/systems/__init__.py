@@ -91,11 +91,17 @@ def resolve(hardware: str | Platform, model: str | ModelSpec, policy: str | Poli
 
 
 def check_trace_fits(trace: Trace, model: ModelSpec, needs_tokens: bool, system: str) -> None:
-    """The trace's expert count and top-k must be the model's."""
+    """The trace's expert count and top-k must be the model's, and its layers (a sample of
+    the model's MoE layers) at most the model's MoE layers."""
     if trace.num_experts != model.num_experts or trace.top_k != model.top_k:
         raise TraceError(
             f"trace has num_experts={trace.num_experts}, top_k={trace.top_k} but model "
             f"{model.name} has num_experts={model.num_experts}, top_k={model.top_k}"
+        )
+    if trace.num_layers > model.num_sparse_layers:
+        raise TraceError(
+            f"layers: the trace has {trace.num_layers} MoE layers but model {model.name} has "
+            f"{model.num_sparse_layers}; allowed: 1 .. {model.num_sparse_layers} (--layers)"
         )
     if needs_tokens and not trace.has_tokens:
         raise TraceError(

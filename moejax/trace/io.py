@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from moejax.errors import ConfigError, TraceError
+from moejax.output.results import atomic_file
 from moejax.trace.core import SCHEMA_VERSION, Trace, counts_from_ids, validate
 
 LEAVES = ("expert_ids", "gate_weights", "token_mask", "token_request", "counts")
@@ -52,16 +52,8 @@ def save(path: str | os.PathLike, trace: Trace, meta: dict | None = None) -> Pat
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise TraceError(f"path: folder {str(folder)!r} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, fsync=True) as f:  # umask permissions; a full disk is one line
+        np.savez_compressed(f, **arrays)
     return path
 
 

@@ -5,17 +5,25 @@ directory and renamed, so a failing run never leaves a half-written step). Each 
 `state` (the raw parameter arrays, the optimizer state's leaves, the step) and `meta` (JSON:
 format version, the run specification, the loss history). Every failure to read one --
 missing, corrupt, or written by a different run -- is a `CheckpointError` naming the
-directory and what is wrong.
+directory and what is wrong; a corrupt step's error names the latest earlier step that
+reads back whole, and how to resume from it. A save the file system refuses (a full disk)
+is an `OutputError` line that leaves no partial step behind, and names the last saved one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import jax
 import numpy as np
 
-from moejax.errors import CheckpointError
+from moejax.errors import CheckpointError, OutputError
+from moejax.output.results import write_error_reason
 
 FORMAT = 1
 
@@ -82,10 +90,47 @@ class Checkpoints:
         ocp = _ocp()
         state = {**state, "step": np.asarray(step, np.int64)}
         meta = {"format": FORMAT, **meta}
-        done = self.mgr.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=force)
-        self.mgr.wait_until_finished()
+        try:
+            with _stderr_kept_on_success():  # orbax's threads print their own tracebacks
+                done = self.mgr.save(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+                    force=force)
+                self.mgr.wait_until_finished()
+        except Exception as e:
+            reason = write_error_reason(e)
+            if reason is None:
+                raise
+            for tmp in self.dir.glob(f"{step}.orbax-checkpoint-tmp*"):  # the partial step
+                shutil.rmtree(tmp, ignore_errors=True)
+            saved = [s for s in self.steps() if s < step]
+            left = (f"step {saved[-1]} is the last saved: free space, then rerun with "
+                    "--resume to continue from it" if saved else "no step was saved")
+            raise OutputError(f"cannot write checkpoint step {step} in {self.dir}: {reason}; "
+                              f"nothing of step {step} is left, {left}") from None
         return bool(done)
+
+    def steps(self) -> list[int]:
+        """The saved steps (their folders), in order."""
+        if not self.dir.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.dir.iterdir()
+                      if p.is_dir() and p.name.isdigit())
+
+    def _intact_before(self, step: int, abstract=None) -> str:
+        """What to say after step `step` was found corrupt: the latest earlier step whose
+        metadata (and, given `abstract`, arrays) read back, and how to resume from it."""
+        ocp = _ocp()
+        for s in reversed([s for s in self.steps() if s < step]):
+            try:
+                self.read_meta(s, _hint=False)
+                if abstract is not None:
+                    self.mgr.restore(s, args=ocp.args.Composite(
+                        state=ocp.args.StandardRestore(abstract)))
+            except Exception:  # noqa: BLE001 - that one is not intact either
+                continue
+            return (f"; step {s} is intact: remove {self.dir / str(step)} (and any later "
+                    f"step) and rerun with --resume to continue from step {s}")
+        return "; no earlier step is intact: start again in another --out"
 
     def restore(self, like: dict, step: int | None = None) -> tuple[dict, dict, int]:
         """(state, meta, step) of `step` (default: latest); `like` gives shapes and dtypes."""
@@ -104,14 +149,15 @@ class Checkpoints:
         except Exception as e:  # noqa: BLE001
             raise CheckpointError(f"{where}: arrays cannot be restored: the checkpoint is "
                                   f"corrupt or its shapes do not match this run "
-                                  f"({type(e).__name__}: {str(e)[:300]})") from e
+                                  f"({type(e).__name__}: {_line(e, 300)})"
+                                  f"{self._intact_before(step, abstract)}") from e
         for path, (a, b) in _pairs(state, abstract):
             if np.shape(a) != b.shape or np.asarray(a).dtype != b.dtype:
                 raise CheckpointError(f"{where}: array {path} has shape {np.shape(a)}, "
                                       f"this run needs {b.shape}")
         return state, meta, int(np.asarray(state["step"]))
 
-    def read_meta(self, step: int | None = None) -> dict:
+    def read_meta(self, step: int | None = None, _hint: bool = True) -> dict:
         """The JSON metadata of `step` (default: latest), checked for format."""
         ocp = _ocp()
         step = self.latest_step() if step is None else step
@@ -122,8 +168,9 @@ class Checkpoints:
             meta = self.mgr.restore(step, args=ocp.args.Composite(
                 meta=ocp.args.JsonRestore())).meta
         except Exception as e:  # noqa: BLE001
+            hint = self._intact_before(step) if _hint else ""
             raise CheckpointError(f"{where}: metadata cannot be read, the checkpoint is "
-                                  f"corrupt ({type(e).__name__}: {str(e)[:200]})") from e
+                                  f"corrupt ({type(e).__name__}: {_line(e, 200)}){hint}") from e
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise CheckpointError(f"{where}: metadata format {_get(meta, 'format')!r}; "
                                   f"allowed: {FORMAT}")
@@ -133,6 +180,37 @@ class Checkpoints:
 
     def close(self) -> None:
         self.mgr.close()
+
+
+def _line(err: BaseException, n: int) -> str:
+    """The first `n` characters of `err`'s message on one line."""
+    return " ".join(str(err).split())[:n]
+
+
+@contextlib.contextmanager
+def _stderr_kept_on_success():
+    """Hold what is written to file descriptor 2 in the block (orbax's worker threads print
+    tracebacks and absl ERROR lines there before the save's exception reaches us); write it
+    out when the block succeeds, drop it when it raises (the error is then one line)."""
+    try:
+        sys.stderr.flush()
+        held = tempfile.TemporaryFile()
+    except (OSError, ValueError):  # no stderr to flush, or nowhere to hold it: as it is
+        yield
+        return
+    with held:
+        saved = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        held.seek(0)
+        with os.fdopen(os.dup(2), "wb") as err:
+            err.write(held.read())
 
 
 def _get(d, k):

@@ -33,6 +33,7 @@ from moejax import systems
 from moejax.errors import CheckpointError, ConfigError, UnknownNameError
 from moejax.output import provenance as output_provenance
 from moejax.output.results import atomic_write_json
+from moejax.runner import budget as memory
 from moejax.runner import engine
 from moejax.system import TuneSetup
 from moejax.systems.fsedp.budget import ChipletBudget
@@ -124,6 +125,11 @@ class TuneConfig:
             raise ConfigError(f"batch = {self.batch}; allowed: <= traces = {self.traces}")
         if not self.gumbel >= 0:
             raise ConfigError(f"gumbel = {self.gumbel!r}; allowed: >= 0")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ConfigError(f"warmup = {self.warmup!r}; allowed: an integer >= 0 (steps)")
+        if not self.sim_tau_scale >= 0:
+            raise ConfigError(f"sim_tau_scale = {self.sim_tau_scale!r}; allowed: >= 0 (the "
+                              "system's temperature is this times the family's)")
         if not (self.lr > 0 and self.clip > 0 and 0 < self.tau_end <= self.tau_start):
             raise ConfigError("lr, clip > 0 and 0 < tau_end <= tau_start required; got "
                               f"lr={self.lr}, clip={self.clip}, tau_start={self.tau_start}, "
@@ -197,6 +203,8 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
     budget = None
     if cfg.budget:
         budget = ChipletBudget.parse(cfg.budget)
+    if not cfg.trace:
+        check_generated(cfg, s.model)
     recording = recording_split(cfg, s.model) if cfg.trace else None
     layers = cfg.layers if recording is None else recording[0].num_layers
     iterations = cfg.iterations if recording is None else 1
@@ -246,6 +254,22 @@ def run_record(cfg: TuneConfig) -> dict:
 def run_provenance(cfg: TuneConfig) -> dict:
     """Command line, version, seed and data of a run (`moejax.output.provenance`)."""
     return output_provenance.record(cfg.seed, data_of(cfg))
+
+
+def check_generated(cfg: TuneConfig, model) -> None:
+    """The generated traces' layers are some of the model's MoE layers, and the train and
+    held-out batches (made whole, through `[T, I, L, N, E]` Gumbel scores) and a training
+    batch's simulation fit in memory (`moejax.runner.budget`); one line if not."""
+    if cfg.layers > model.num_sparse_layers:
+        raise ConfigError(f"layers = {cfg.layers}: model {model.name} has "
+                          f"{model.num_sparse_layers} MoE layers; allowed: 1 .. "
+                          f"{model.num_sparse_layers}")
+    i, layers, n, k, e = cfg.iterations, cfg.layers, cfg.tokens, model.top_k, model.num_experts
+    memory.check_traces_fit(
+        held=cfg.traces + cfg.eval_traces, working=cfg.batch,
+        trace_bytes=8 * i * layers * n * k + 5 * i * n + 4 * i * layers * e, scratch_bytes=0,
+        extra_bytes=4 * max(cfg.traces, cfg.eval_traces) * i * layers * n * e,
+        shape=(i, layers, n))
 
 
 def recording_split(cfg: TuneConfig, model):
@@ -456,6 +480,9 @@ def open_run(cfg: TuneConfig, out: str | Path, resume: bool, raw, opt_state,
     fresh, or restored from `out` under `resume`. A folder that already holds checkpoints
     without `resume`, or one saved by a different run spec, is an error. primary_only: the
     caller is process 0 of a multi-process run and alone writes (`moejax.tune.parallel`)."""
+    if resume and not Path(out).is_dir():
+        raise CheckpointError(f"--resume: {out}: no such checkpoint folder, so there is no "
+                              "tuning run to continue; leave --resume out to start one")
     mgr = ck.Checkpoints(out, every=cfg.every, keep=cfg.keep, primary_only=primary_only)
     step, history = 0, []
     if mgr.latest_step() is not None:
