@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from moejax.errors import ConfigError
+from moejax.runner import programs
 from moejax.runner.engine import batch_size, default_chunk, run_one
 from moejax.trace.chunked import ChunkedTraces
 from moejax.trace.core import Trace
@@ -136,7 +137,7 @@ def check(system, params, traces, chunk_size: int | None) -> int:
     """
 
     n = batch_size(traces)
-    chunk = min(n, chunk_size or default_chunk(traces, system))
+    chunk = programs.bucket(n, chunk_size or default_chunk(traces, system))
     trace_bytes, scratch_bytes = trace_bytes_per_trace(traces)
     metric_bytes, metric_scalars = (metric_bytes_per_trace(system, params, traces)
                                     if n > chunk else (0, 0))
