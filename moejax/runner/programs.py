@@ -9,7 +9,9 @@ dtype, shape and bytes; the engine keys its compiled programs by it, so `api.sim
 sweeps, tuning, studies and notebooks that rebuild an equal system reuse the compiled call.
 Objects it cannot read by value (anything not listed in `_walk`) enter by identity: they
 never share a program with another object, so a fingerprint can miss a reuse but never
-merge two different programs.
+merge two different programs. Module-level names a function calls are not read (the code
+is the code that was imported): a function patched into a module after a program was
+compiled is not seen by an equal system until `PROGRAMS.clear()`.
 """
 
 from __future__ import annotations
