@@ -181,9 +181,19 @@ def test_a_second_process_reads_the_persistent_cache(tmp_path):
     assert "compiling ep for 8 traces" in first.stderr
     entries = sorted(p.name for p in (tmp_path / "jc").iterdir() if p.name.endswith("-cache"))
     assert entries, "nothing written to the persistent cache"
-    second = _cli(["simulate", "--traces", "8", "--out", str(tmp_path / "o2")], env)
+    sim = [e for e in entries if e.startswith("jit_one_params-")]  # the simulation program
+    assert len(sim) == 1, entries
+    # the second process counts JAX's persistent-cache hits while the CLI runs
+    hits = ("import sys; from jax import monitoring; from moejax.cli.main import main; n = [];"
+            "monitoring.register_event_listener(lambda e, **k: n.append(e) if e =="
+            " '/jax/compilation_cache/cache_hits' else None);"
+            "rc = main(sys.argv[1:]); print('HITS', len(n)); sys.exit(rc)")
+    second = subprocess.run([sys.executable, "-c", hits, "simulate", "--traces", "8", "--out",
+                             str(tmp_path / "o2")], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
     assert second.returncode == 0, second.stderr
-    assert sorted(p.name for p in (tmp_path / "jc").iterdir()
-                  if p.name.endswith("-cache")) == entries  # read back, nothing new
+    assert int(second.stdout.split("HITS")[1].split()[0]) >= len(entries), second.stdout[-500:]
+    after = sorted(p.name for p in (tmp_path / "jc").iterdir() if p.name.endswith("-cache"))
+    assert [e for e in after if e.startswith("jit_one_params-")] == sim
     a = (tmp_path / "o1" / "results.csv").read_text()
     assert a == (tmp_path / "o2" / "results.csv").read_text()
