@@ -21,6 +21,7 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import importlib.util
 import os
 import struct
 import sys
@@ -312,7 +313,7 @@ def enable_persistent_cache(path: str | os.PathLike | None) -> str | None:
     folder around each entry's read and write (see `PERSISTENT_CACHE_BYTES`). Returns the
     folder, or None when it is off or cannot be created (a read-only home: the run goes on
     without it)."""
-    if path is None:
+    if path is None or importlib.util.find_spec("filelock") is None:  # no lock: no sharing
         return None
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
