@@ -42,9 +42,10 @@ MAX_PROGRAMS = 128
 # entries in place unlocked, and a second process can read a half-written entry (JAX then
 # warns and recompiles). The least recently used entries go past the limit.
 PERSISTENT_CACHE_BYTES = 2 * 2**30
-# Programs that compile faster than this are not written to the persistent cache (reading
-# an entry back costs a few ms).
-PERSISTENT_MIN_COMPILE_S = 0.2
+# Programs that compile faster than this are not written to the persistent cache. Every
+# program is: the many small ones a system compiles while it is traced (jnp on constants)
+# cost 0.03-0.2 s each to compile and a few ms to read back.
+PERSISTENT_MIN_COMPILE_S = 0.0
 ENV_CACHE = "MOEJAX_COMPILATION_CACHE"
 
 
