@@ -9,11 +9,21 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from moejax.runner import budget, engine
+from moejax.runner import budget, engine, programs
+from moejax.runner.programs import report_compiles
 from moejax.systems import SYSTEMS, Setup, check_trace_fits, resolve
 from moejax.trace import Trace
 
-__all__ = ["Setup", "check_trace_fits", "resolve", "simulate"]
+__all__ = ["Setup", "check_trace_fits", "report_compiles", "resolve", "simulate",
+           "use_compilation_cache"]
+
+
+def use_compilation_cache(path: str | None = None) -> str | None:
+    """Keep compiled programs on disk between Python sessions (JAX's persistent compilation
+    cache), as the CLI does: in `path`, else $MOEJAX_COMPILATION_CACHE, else
+    ~/.cache/moejax/jax ("off": not at all). Call it before the first simulation. Returns
+    the folder in use, or None."""
+    return programs.enable_persistent_cache(programs.cache_setting(path))
 
 
 def simulate(hardware, model, policy, traces: Trace, *, key=None, chunk_size=None,

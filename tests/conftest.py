@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-import jax
+import os
+
+# No persistent compilation cache in the suite (a test that wants one sets it to a tmp dir):
+# results must not depend on what an earlier run left in ~/.cache. Set before the CLI and
+# any subprocess reads it.
+os.environ["MOEJAX_COMPILATION_CACHE"] = "off"
+
+import jax  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -22,10 +22,22 @@ def build_parser() -> argparse.ArgumentParser:
     from moejax.cli.help import polish
 
     p = argparse.ArgumentParser(prog="moejax", description=__doc__.splitlines()[0])
+    p.add_argument("--compilation-cache", metavar="PATH|off", default=None, help=CACHE_HELP)
     sub = p.add_subparsers(dest="cmd", required=True)
     for module in (simulate, catalog, reproduce, trace, tune, sweep, export, validate):
         module.add_parser(sub)
+    for sp in sub.choices.values():  # also after the subcommand
+        sp.add_argument("--compilation-cache", metavar="PATH|off", default=argparse.SUPPRESS,
+                        help=CACHE_HELP)
     return polish(p)  # command, system and study lists, every option's default
+
+
+CACHE_HELP = ("folder of compiled programs kept between runs (JAX's persistent compilation "
+              "cache), or 'off' (default $MOEJAX_COMPILATION_CACHE, else "
+              "~/.cache/moejax/jax)")
+# Subcommands that say on stderr when a call compiles ("compiling ep for 128 traces x 256
+# tokens ...", then its time); the others print their own progress.
+REPORT_COMPILES = ("simulate", "sweep")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,14 +47,19 @@ def main(argv: list[str] | None = None) -> int:
         provenance.set_command(sys.argv[1:] if argv is None else list(argv))
         args = build_parser().parse_args(argv)
         from moejax.cli.outputs import check_outputs, lock_outputs
-        from moejax.runner import distributed
+        from moejax.runner import distributed, programs
 
         check_outputs(args)  # before any work: a bad --out is one line, nothing written
+        programs.enable_persistent_cache(programs.cache_setting(args.compilation_cache))
         distributed.initialize(distributed.launch_from_args(args))
-        if not distributed.is_writer():  # process 0 alone writes, and locks
-            return args.fn(args)
-        with lock_outputs(args):  # one run per --out at a time
-            return args.fn(args)
+        programs.report_compiles(args.cmd in REPORT_COMPILES)
+        try:
+            if not distributed.is_writer():  # process 0 alone writes, and locks
+                return args.fn(args)
+            with lock_outputs(args):  # one run per --out at a time
+                return args.fn(args)
+        finally:
+            programs.report_compiles(None)
     except MoejaxError as e:
         print(f"moejax: error: {e}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from moejax.errors import ConfigError
+from moejax.runner import programs
 from moejax.runner.engine import batch_size, default_chunk, run_one
 from moejax.trace.chunked import ChunkedTraces
 from moejax.trace.core import Trace
@@ -179,7 +180,7 @@ def check(system, params, traces, chunk_size: int | None) -> int:
     """
 
     n = batch_size(traces)
-    chunk = min(n, chunk_size or default_chunk(traces, system))
+    chunk = programs.bucket(n, chunk_size or default_chunk(traces, system))
     trace_bytes, scratch_bytes = trace_bytes_per_trace(traces)
     # first: tracing the system for the metrics' shapes builds its per-token constants
     check_traces_fit(held=0, working=1, trace_bytes=trace_bytes, scratch_bytes=scratch_bytes,

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from moejax.errors import MoejaxError
-from moejax.runner import distributed
+from moejax.runner import distributed, programs
 from moejax.system import BATCH_AXIS, PyTree, System
 from moejax.trace.chunked import ChunkedTraces
 
@@ -87,16 +87,42 @@ def batch_size(tree: PyTree) -> int:
     return sizes.pop()
 
 
-@functools.lru_cache(maxsize=64)
-def compiled_program(system: System, sweep: bool, key_impl: str):
+def compiled_program(system: System, sweep: bool, key_impl: str) -> Program:
     """jit(vmap(run_one)) over traces (and params); keys come in as raw key data, wrapped
-    inside the call (no per-chunk dispatch to rebuild typed keys on the host)."""
-    def one_params(params, traces, key_data):
-        keys = jax.random.wrap_key_data(key_data, impl=key_impl)
-        return jax.vmap(lambda tr, k: run_one(system, params, tr, k))(traces, keys)
+    inside the call (no per-chunk dispatch to rebuild typed keys on the host). Cached by
+    value (`programs.fingerprint` of the system): an equal system built again reuses the
+    compiled program."""
+    def build():
+        def one_params(params, traces, key_data):
+            keys = jax.random.wrap_key_data(key_data, impl=key_impl)
+            return jax.vmap(lambda tr, k: run_one(system, params, tr, k))(traces, keys)
 
-    fn = jax.vmap(one_params, in_axes=(0, None, None)) if sweep else one_params
-    return jax.jit(fn)
+        fn = jax.vmap(one_params, in_axes=(0, None, None)) if sweep else one_params
+        return Program(jax.jit(fn), system.name)
+
+    return programs.PROGRAMS.get("trace", (system, sweep, key_impl), build)
+
+
+class Program:
+    """A compiled call (a `jax.jit` function) that tells `programs.report_compiles`'s sink
+    when a call compiles: "compiling EP for 128 traces x 256 tokens ... 4.1 s"."""
+
+    def __init__(self, fn, name: str):
+        self.fn, self.name, self.signatures = fn, name, programs.Signatures()
+
+    def __call__(self, params, traces, key_data):
+        return programs.call_reporting(self.fn, self.signatures,
+                                       lambda: _describe(self.name, traces),
+                                       params, traces, key_data)
+
+
+def _describe(name: str, traces) -> str:
+    """"EP for 128 traces x 256 tokens" (the tokens of a trace batch only)."""
+    text = f"{name} for {batch_size(traces)} traces"
+    ids = getattr(traces, "expert_ids", None)
+    if ids is not None and np.ndim(ids) >= 2 and np.shape(ids)[-2] > 0:
+        text += f" x {np.shape(ids)[-2]} tokens"
+    return text
 
 
 def simulate(
@@ -136,23 +162,36 @@ def simulate(
         raise TypeError(f"simulate: unexpected arguments {sorted(until_done)} for a "
                         "fixed-length system")
     n = batch_size(traces)
-    keys = jax.random.split(_typed_key(key), n)
-    key_data = jax.random.key_data(keys)
-    chunk = min(n, chunk_size or default_chunk(traces, system))
+    key_data, key_impl = split_keys(_typed_key(key), n)
+    chunk = programs.bucket(n, chunk_size or default_chunk(traces, system))
     part = distributed.partition(n, chunk)  # several processes: this one's whole chunks
     if part is not None:
         traces, key_data, n = part.take(traces), part.take(key_data), part.rows
-    fn = compiled_program(system, sweep, str(jax.random.key_impl(keys)))
+    fn = compiled_program(system, sweep, key_impl)
     starts = range(0, n, chunk)
-    read = chunk_reader(traces, key_data, several=len(starts) > 1)
+    read = chunk_reader(traces, key_data, several=len(starts) > 1, width=chunk)
     show = progress if progress is not None else len(starts) > 8
     results = []
     with progress_bar(show, len(starts), system.name) as advance:
         for s in starts:
             results.append(fn(params, *read(s, min(s + chunk, n))))
             advance()
-    out = results[0] if len(results) == 1 else _concatenate(1 if sweep else 0)(*results)
-    return out if part is None else part.gather(out, 1 if sweep else 0)
+    axis = 1 if sweep else 0
+    out = _join(results, axis, n)
+    return out if part is None else part.gather(out, axis)
+
+
+def split_keys(key: jax.Array, n: int) -> tuple[np.ndarray, str]:
+    """(raw data of `jax.random.split(key, n)` on the host, the key impl's name). With
+    threefry keys split partitionably (JAX's default), the first n of a split into more keys
+    are the same keys, so the split is made for the power of two at or above n and cut: one
+    compiled split per power of two instead of one per batch size (each ~0.6 s on CPU)."""
+    impl = str(jax.random.key_impl(key))
+    m = n
+    if impl == "threefry2x32" and jax.config.jax_threefry_partitionable:
+        m = 1 << max(0, int(n - 1).bit_length())
+    data = np.asarray(jax.random.key_data(jax.random.split(key, m)))
+    return data[:n], impl
 
 
 def _typed_key(key) -> jax.Array:
@@ -217,10 +256,10 @@ def until_done_program(system: System, params_batched=False, key_impl: str = "th
     its state argument donated; finish(params, state) -> metrics. params_batched: as
     `run_until_done`."""
     axes = 0 if params_batched is True else (None if params_batched is False else params_batched)
-    return _until_done_compiled(system, axes, key_impl)
+    return programs.PROGRAMS.get("until_done", (system, axes, key_impl),
+                                 lambda: _until_done_compiled(system, axes, key_impl))
 
 
-@functools.lru_cache(maxsize=64)
 def _until_done_compiled(system: System, params_axes, key_impl: str):
     def init_one(params, x, key_data):
         return system.init(params, x, jax.random.wrap_key_data(key_data, impl=key_impl))
@@ -245,18 +284,20 @@ def _until_done_compiled(system: System, params_axes, key_impl: str):
     return init, segment, finish
 
 
-def chunk_reader(traces: PyTree, key_data, *, several: bool = True):
+def chunk_reader(traces: PyTree, key_data, *, several: bool = True, width: int | None = None):
     """A function (s, e) -> the compiled call's (traces, key data) of traces [s, e), sharded
     over the local devices (`_shard`); `engine.simulate` and `moejax.runner.stream` read chunks
     through it. A `ChunkedTraces` is made chunk by chunk (and dropped after the call); a batch
     on an accelerator is sliced there (`_take`: one compiled slice for every offset); any
     other batch is sliced on the host (`x[s:e]` on a jax array compiles per offset).
     several=False: one chunk, the whole batch, passed unsliced (a slice is a dispatch per
-    leaf)."""
+    leaf). width: rows per call; a shorter chunk is padded to it with copies of its last
+    trace and key (`programs.bucket`: fewer distinct shapes, so fewer compiles), whose
+    results the caller drops."""
     devices = jax.local_devices()
     lazy = isinstance(traces, ChunkedTraces)
     if not several and not lazy:
-        return lambda s, e: _shard(traces, key_data, devices)
+        return lambda s, e: _shard(*_pad(traces, key_data, width), devices)
     resident = not lazy and _on_accelerator(traces)
     if not lazy and not resident:
         traces = jax.tree_util.tree_map(np.asarray, traces)
@@ -269,9 +310,36 @@ def chunk_reader(traces: PyTree, key_data, *, several: bool = True):
             tr = jax.tree_util.tree_map(lambda x: _take(x, s, e - s), traces)
         else:
             tr = jax.tree_util.tree_map(lambda x: x[s:e], traces)
-        return _shard(tr, key_data[s:e], devices)
+        return _shard(*_pad(tr, key_data[s:e], width), devices)
 
     return read
+
+
+def _pad(traces: PyTree, key_data, width: int | None):
+    """(traces, key data) with rows appended, copies of the last, up to `width` rows.
+    Every trace runs alone under vmap, so the real rows' results do not depend on them.
+    Padded on the host (no compile per shape), or in one compiled call where the batch
+    lives on an accelerator."""
+    m = batch_size(traces)
+    if width is None or m >= width:
+        return traces, key_data
+    if _on_accelerator(traces):
+        return _pad_rows((traces, jnp.asarray(key_data)), width)
+
+    def pad(x):
+        if np.ndim(x) == 0:
+            return x
+        x = np.asarray(x)
+        return np.concatenate([x, np.repeat(x[-1:], width - m, axis=0)])
+
+    return jax.tree_util.tree_map(pad, traces), pad(key_data)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _pad_rows(tree: PyTree, width: int) -> PyTree:
+    """Every leaf with copies of its last row appended up to `width` rows."""
+    return jax.tree_util.tree_map(lambda x: x if x.ndim == 0 else jnp.concatenate(
+        [x, jnp.repeat(x[-1:], width - x.shape[0], axis=0)]), tree)
 
 
 def _on_accelerator(traces: PyTree) -> bool:
@@ -290,11 +358,28 @@ def _take(x: jax.Array, start, size: int) -> jax.Array:
     return jax.lax.dynamic_slice_in_dim(x, start, size)
 
 
-@functools.cache
-def _concatenate(axis: int):
-    """Chunk results joined along `axis` in one compiled call (not one dispatch per leaf)."""
-    return jax.jit(lambda *parts: jax.tree_util.tree_map(
-        lambda *xs: jnp.concatenate(xs, axis=axis), *parts))
+def _join(results: list, axis: int, n: int) -> PyTree:
+    """Chunk results joined along `axis` and cut to the first `n` rows (the last chunk's
+    padding dropped): one chunk's on the host (no compile per n), several in one compiled
+    call (not one dispatch per leaf)."""
+    first = results[0]
+    if len(results) == 1:
+        if np.shape(jax.tree_util.tree_leaves(first)[0])[axis] == n:
+            return first
+        if not _on_accelerator(first):
+            return jax.tree_util.tree_map(
+                lambda x: jax.device_put(np.take(np.asarray(x), np.arange(n), axis=axis)), first)
+    return _joiner(axis, n)(*results)
+
+
+@functools.lru_cache(maxsize=64)
+def _joiner(axis: int, n: int):
+    def join(*parts):
+        return jax.tree_util.tree_map(lambda *xs: jax.lax.slice_in_dim(
+            jnp.concatenate(xs, axis=axis) if len(xs) > 1 else xs[0], 0, n, axis=axis),
+            *parts)
+
+    return jax.jit(join)
 
 
 def _shard(traces, keys, devices):

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from moejax.errors import ConfigError
-from moejax.runner import distributed, engine
+from moejax.runner import distributed, engine, programs
 from moejax.systems.amoe import serve
 from moejax.systems.amoe.config import p99_from_hist
 
@@ -153,7 +153,7 @@ def with_platform_values(platform, values: dict):
                                topology=dataclasses.replace(platform.topology, **top))
 
 
-@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: one compile per plan
+@dataclasses.dataclass(frozen=True, eq=False)  # compiled once per value: `_compiled`
 class Plan:
     """How a sweep runs: the system entry, which keys go to params and which to the platform."""
 
@@ -222,10 +222,11 @@ def make_plan(setup, entry, num_iterations: int, keys: list[str], sample, key_da
     return plan
 
 
-@functools.lru_cache(maxsize=8)
 def _compiled(plan: Plan, key_impl: str):
-    return jax.jit(jax.vmap(lambda values, traces, key_data: _one_point(
-        plan, values, traces, key_data, key_impl), in_axes=(0, None, None)))
+    """The compiled sweep call, cached by value (`programs.fingerprint` of the plan)."""
+    return programs.PROGRAMS.get("sweep", (plan, key_impl), lambda: jax.jit(jax.vmap(
+        lambda values, traces, key_data: _one_point(plan, values, traces, key_data, key_impl),
+        in_axes=(0, None, None))))
 
 
 def run(plan: Plan, points: dict[str, np.ndarray], traces, key, *,

@@ -1,0 +1,136 @@
+"""What a user waits for before the first answer: per system, the first and the second
+`api.simulate` call at 16 traces (the second identical call must not compile), the split of
+the first call into tracing, lowering and XLA compile, and the lowered program's size (HLO
+op lines); cold (no persistent cache) and with JAX's persistent compilation cache warm (a
+second process reading what the first wrote). Every measurement runs in a fresh process.
+
+    .venv/bin/python benchmarks/bench_compile.py [--systems ep,fsedp] [--traces 16]
+        [--repo OTHER_CHECKOUT ...]
+
+--repo: also measure other checkouts of moejax (e.g. a `git worktree` of an older commit),
+side by side in the same run, on the same machine load. A checkout without
+`moejax.runner.programs` has no persistent cache: its "warm" columns are left empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import _device  # benchmarks/_device.py: --device, the environment line
+
+HERE = Path(__file__).resolve().parents[1]
+# system -> (hardware, model, policy): one catalog setup per trace system
+SETUPS = {
+    "ep": ("chiplet-2x2", "qwen3-30b-a3b", "ep"),
+    "fsedp": ("chiplet-2x2", "qwen3-30b-a3b", "fsedp"),
+    "hydra": ("chiplet-2x2", "qwen3-30b-a3b", "hydra"),
+    "wafer": ("wsc-4x4", "qwen3-30b-a3b", "ep-baseline-map"),
+    "rebalancing": ("chiplet-2x2", "qwen3-30b-a3b", "eplb"),
+    "dysharp": ("gh200-nvl32", "deepseek-v3", "dysharp"),
+    "epsmoe": ("h800x8", "dbrx", "epsmoe-tune"),
+}
+
+# One measurement, run as `python -c CHILD system hw model policy traces cache_dir|off`.
+CHILD = r"""
+import json, sys, time
+system, hw, model, policy, n, cache = sys.argv[1:7]
+n = int(n)
+iterations = 8 if system == "rebalancing" else 1  # EPLB's window: 8 iterations
+t0 = time.perf_counter()
+import jax
+from moejax import api
+from moejax.systems import SYSTEMS, resolve
+from moejax.trace import gen
+try:
+    from moejax.runner import programs
+except ImportError:
+    programs = None
+if programs is not None and cache != "off":
+    programs.enable_persistent_cache(cache)
+imported = time.perf_counter() - t0
+s = resolve(hw, model, policy)
+traces = gen.generate("powerlaw:alpha=1.2", jax.random.key(0), num_traces=n,
+                      iterations=iterations,
+                      layers=1, tokens=256, num_experts=s.model.num_experts,
+                      top_k=s.model.top_k)
+jax.block_until_ready(traces)
+t = time.perf_counter()
+out = api.simulate(hw, model, policy, traces)
+first = time.perf_counter() - t
+t = time.perf_counter()
+again = api.simulate(hw, model, policy, traces)
+second = time.perf_counter() - t
+import numpy as np
+same = all(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True) for a, b in
+           zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(again), strict=True))
+# the first call's phases: the engine's own function for a system built anew, jitted anew
+system_, params = SYSTEMS[s.policy.system].from_policy(s.platform, s.model,
+                                                       s.policy.options_table(), iterations)
+from moejax.runner import engine
+keys = jax.random.key_data(jax.random.split(jax.random.key(0), n))
+prog = engine.compiled_program(system_, False, "threefry2x32")
+inner = getattr(prog, "fn", prog).__wrapped__
+fn = jax.jit(lambda *a: inner(*a))  # a new function: traced, lowered and compiled anew
+t = time.perf_counter(); traced = fn.trace(params, traces, keys); t_trace = time.perf_counter() - t
+t = time.perf_counter(); lowered = traced.lower(); t_lower = time.perf_counter() - t
+t = time.perf_counter(); lowered.compile(); t_compile = time.perf_counter() - t
+hlo = sum(1 for line in lowered.as_text().splitlines() if " = " in line)
+print(json.dumps(dict(import_s=imported, first_s=first, second_s=second, same=bool(same),
+                      trace_s=t_trace, lower_s=t_lower, compile_s=t_compile, hlo_ops=hlo)))
+"""
+
+
+def measure(repo: Path, setup, traces: int, cache: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(repo), MOEJAX_COMPILATION_CACHE="off")
+    r = subprocess.run([sys.executable, "-c", CHILD, *setup, str(traces), cache], cwd=repo,
+                       env=env, capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed"}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--systems", default=",".join(SETUPS))
+    ap.add_argument("--traces", type=int, default=16)
+    ap.add_argument("--repo", action="append", default=[],
+                    help="another checkout to measure beside this one")
+    ap.add_argument("--no-warm", action="store_true", help="skip the persistent-cache runs")
+    _device.add_argument(ap)
+    args = ap.parse_args()
+    _device.select(args.device)
+    os.environ["JAX_PLATFORMS"] = args.device.replace("gpu", "cuda")
+    print(f"load average at start {os.getloadavg()[0]:.1f}")
+    repos = [HERE, *(Path(r).resolve() for r in args.repo)]
+    head = ("system", "checkout", "first s", "second s", "trace s", "lower s", "XLA s",
+            "HLO ops", "warm first s")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for name in args.systems.split(","):
+        for repo in repos:
+            cold = measure(repo, (name, *SETUPS[name]), args.traces, "off")
+            warm = {}
+            has_cache = (repo / "moejax" / "runner" / "programs.py").exists()
+            if not args.no_warm and has_cache and "error" not in cold:
+                with tempfile.TemporaryDirectory() as d:
+                    measure(repo, (name, *SETUPS[name]), args.traces, d)  # writes
+                    warm = measure(repo, (name, *SETUPS[name]), args.traces, d)  # reads
+            if "error" in cold:
+                print(f"| {name} | {repo.name} | error: {cold['error'][:80]} |")
+                continue
+            second = f"{cold['second_s'] * 1e3:.0f} ms" + ("" if cold["same"] else " (differs!)")
+            print(f"| {name} | {repo.name} | {cold['first_s']:.2f} | {second} | "
+                  f"{cold['trace_s']:.2f} | {cold['lower_s']:.2f} | {cold['compile_s']:.2f} | "
+                  f"{cold['hlo_ops']} | "
+                  f"{warm.get('first_s', float('nan')):.2f} |", flush=True)
+    print(f"load average at end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
