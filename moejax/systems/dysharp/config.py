@@ -28,6 +28,7 @@ from flax import struct
 from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
+from moejax.physics.comm import KERNELS
 
 PRIMITIVES = ("unicast_pair", "unicast_rank", "nvls", "dymultimem", "explicit")
 SCHEDULES = ("serial", "coarse", "fine", "fused")
@@ -40,6 +41,8 @@ PHASES = ("forward", "training")
 # 004 §III-A), the reading the 004 reproduction sets.
 LINK_MODELS = ("measured", "packet")
 IN_SWITCH = ("nvls", "dymultimem", "explicit")  # need switch multicast / reduction
+# primitives a point-to-point all-to-all kernel can move (`comm_kernel`): GPU-to-GPU unicast
+UNICAST = ("unicast_pair", "unicast_rank")
 
 # 004 §IV-B: "tsize = 128", the GEMM tile height (checked by Fig. 30).
 TILE_TOKENS = 128
@@ -78,6 +81,11 @@ class DyConfig:
     adaptive_comm_sms: candidate comm SM counts; each pass takes the fastest (COMET's
       adaptive workload assignment, Zhang et al. MLSys'25 §3.3: the comm / compute thread
       block split is chosen per input shape); empty: the fixed `comm_sms`.
+    comm_kernel: the all-to-all kernel of `physics.comm.KERNELS` that times a unicast
+      primitive's dispatch and combine phases: "nccl" (default) = the per-port link model of
+      `schedule.phase_times_s`; "deepep_normal" / "deepep_low_latency" = DeepEP's kernels
+      (`physics.internode`) on the phase's [G, G] traffic matrix. Unicast primitives and
+      phase-level schedules (serial, coarse, fine) only.
     """
 
     platform: Platform
@@ -97,6 +105,7 @@ class DyConfig:
     adaptive_comm_sms: tuple[int, ...] = ()
     name: str = "dysharp"
     link_model: str = "measured"
+    comm_kernel: str = "nccl"
 
     @property
     def num_devices(self) -> int:
@@ -171,10 +180,18 @@ def make_config(platform: Platform, model: ModelSpec, **kw) -> DyConfig:
     cfg = DyConfig(platform, model, **kw)
     checks = [("primitive", cfg.primitive, PRIMITIVES), ("schedule", cfg.schedule, SCHEDULES),
               ("combine", cfg.combine, COMBINES), ("phase", cfg.phase, PHASES),
-              ("link_model", cfg.link_model, LINK_MODELS)]
+              ("link_model", cfg.link_model, LINK_MODELS),
+              ("comm_kernel", cfg.comm_kernel, tuple(KERNELS))]
     for field, value, allowed in checks:
         if value not in allowed:
             raise ConfigError(f"{field} = {value!r}; allowed: {', '.join(allowed)}")
+    if cfg.comm_kernel != "nccl" and cfg.primitive not in UNICAST:
+        raise ConfigError(f"comm_kernel = {cfg.comm_kernel!r} needs a unicast primitive; "
+                          f"primitive = {cfg.primitive!r}; allowed with it: comm_kernel = nccl")
+    if cfg.comm_kernel != "nccl" and cfg.schedule == "fused":
+        raise ConfigError(f"comm_kernel = {cfg.comm_kernel!r} times whole dispatch / combine "
+                          "phases; schedule = 'fused' paces them per tile; allowed with it: "
+                          "comm_kernel = nccl")
     if platform.topology.kind != "switch":
         raise ConfigError(f"hardware {platform.name}: topology kind = "
                           f"{platform.topology.kind!r}; allowed: switch (NVLink switch fabric)")

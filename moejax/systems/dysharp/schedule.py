@@ -48,9 +48,12 @@ def phase_times_s(loads, link_Bps, latency_s, tau=0.0):
 
 
 def layer_time_s(schedule: str, loads, x1, x2, link_Bps, latency_s, gemm_share,
-                 chunks, tile: TileTerms, tau=0.0):
-    """dict: latency_s, comm_s (Cd + Cc alone), gemm_s (slowest GPU, full SMs) of one layer."""
-    cd, cc = phase_times_s(loads, link_Bps, latency_s, tau)
+                 chunks, tile: TileTerms, tau=0.0, phases=None):
+    """dict: latency_s, comm_s (Cd + Cc alone), gemm_s (slowest GPU, full SMs) of one layer.
+
+    phases: (Cd, Cc) seconds from a communication kernel's own time model (None: the port
+    link model of `phase_times_s`); the serial, coarse and fine schedules use them."""
+    cd, cc = phase_times_s(loads, link_Bps, latency_s, tau) if phases is None else phases
     x = relax.max(x1 + x2, tau)
     x1m, x2m = relax.max(x1, tau), relax.max(x2, tau)
     if schedule == "serial":

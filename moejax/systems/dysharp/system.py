@@ -17,6 +17,7 @@ from moejax import relax
 from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
+from moejax.physics import comm
 from moejax.physics.roofline import sustained_flops
 from moejax.system import System
 from moejax.systems import ep, metrics
@@ -138,22 +139,43 @@ def moe_layer(cfg: DyConfig, params: DyParams, expert_ids, token_mask, counts):
     expert). Times in seconds, bytes per GPU port at `tokens_per_gpu` scale."""
     place = params.placement.astype(jnp.float32)
     n_real = (token_mask & (expert_ids >= 0).any(-1)).sum().astype(jnp.float32)
-    loads = traffic.port_loads(expert_ids, token_mask, place, cfg.nvls_self_copy,
-                               exact=jnp.asarray(params.tau) <= 0)
-    return layer_from_loads(cfg, params, loads, counts, n_real, token_scale(cfg, n_real))
+    exact = jnp.asarray(params.tau) <= 0
+    loads = traffic.port_loads(expert_ids, token_mask, place, cfg.nvls_self_copy, exact=exact)
+    matrix = None if cfg.comm_kernel == "nccl" else traffic.dispatch_matrix(
+        expert_ids, token_mask, place, cfg.primitive, exact)
+    return layer_from_loads(cfg, params, loads, counts, n_real, token_scale(cfg, n_real),
+                            matrix)
 
 
-def layer_from_loads(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale):
+def layer_from_loads(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale,
+                     matrix=None):
     """`moe_layer` from `traffic.port_loads` [5, 4, G] (token vectors of the sampled tokens)
-    and the factor `scale` to the simulated token count (several systems share one load pass).
+    and the factor `scale` to the simulated token count (several systems share one load pass);
+    `matrix`: the primitive's `traffic.dispatch_matrix` [G, G], needed by a comm_kernel other
+    than nccl.
 
     One `relax.branch` around the whole layer: hard mode (tau = 0) is plain arithmetic.
     """
+    if cfg.comm_kernel != "nccl" and matrix is None:
+        raise ConfigError(f"comm_kernel = {cfg.comm_kernel!r} needs the [G, G] traffic matrix "
+                          "(traffic.dispatch_matrix)")
     return relax.branch(params.tau, lambda tau: _layer(cfg, params, port_loads,
-                                                       counts, n_real, scale, tau))
+                                                       counts, n_real, scale, tau, matrix))
 
 
-def _layer(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale, tau):
+def kernel_phases_s(cfg: DyConfig, matrix, scale):
+    """(Cd, Cc) seconds of the config's `comm_kernel` (`physics.comm.KERNELS`) moving the
+    dispatch traffic `matrix` [G, G] (token vectors, sampled) and its transpose (the combine)
+    at `scale` x token_bytes bytes per vector; None for "nccl" (the port link model)."""
+    if cfg.comm_kernel == "nccl":
+        return None
+    fn = comm.kernel(cfg.comm_kernel)
+    bytes_ = matrix * scale * cfg.token_bytes
+    return fn(bytes_, None, cfg.platform), fn(bytes_.T, None, cfg.platform)
+
+
+def _layer(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale, tau,
+           matrix=None):
     g = cfg.num_devices
     place = params.placement.astype(jnp.float32)
     eta = efficiency(cfg)
@@ -166,6 +188,8 @@ def _layer(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale, t
     tau_s = tau * cfg.latency_s  # dimensionless tau -> seconds
     tokens_de = (counts[:, None] * place).T * scale  # [G, E]
     x1, x2 = gemm_times_s(cfg, tokens_de, tau, tau_s, tile_rows)
+    # a DeepEP kernel runs on the SMs it assigns itself: its phases do not scale with comm_sms
+    phases = kernel_phases_s(cfg, matrix, scale)
 
     def pass_at(gemm_factor, sms):
         """One pass (forward or backward) with `sms` comm SMs (None: the config's)."""
@@ -176,7 +200,8 @@ def _layer(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale, t
             share, rate = gemm_share_of(cfg, sms), comm_rate_of(cfg, sms)
         tile = tile_terms(cfg, eta, tile_rows, share, rate)
         return schedule.layer_time_s(cfg.schedule, wire, gemm_factor * x1, gemm_factor * x2,
-                                     link * rate, cfg.latency_s, share, chunks, tile, tau_s)
+                                     link * rate, cfg.latency_s, share, chunks, tile, tau_s,
+                                     phases)
 
     def one_pass(gemm_factor):
         if params.comm_sms is not None:
@@ -320,6 +345,7 @@ def _read_options(t, platform: Platform | None = None, model: ModelSpec | None =
         adaptive_comm_sms=_int_list(t, "adaptive_comm_sms"),
         name=t.str("label", "dysharp"),
         link_model=t.str("link_model", "measured", choices=LINK_MODELS),
+        comm_kernel=t.str("comm_kernel", "nccl", choices=tuple(comm.KERNELS)),
     )
     placement = t._get("placement", "contiguous", False)
     shares = t._get("replica_shares", None, False)

@@ -95,6 +95,19 @@ def port_loads(expert_ids, token_mask, placement, nvls_self_copy: bool = False, 
     return jnp.stack([pair, rank, nvls, dyn_a, dyn_b])
 
 
+def dispatch_matrix(expert_ids, token_mask, placement, primitive: str, exact=False):
+    """Dispatch traffic [G, G] of a unicast primitive in token vectors: [s, d] = copies GPU s
+    sends GPU d (unicast_pair: sum_n 1[s(n) = s] m_nd, unicast_rank: the same with hit_nd);
+    the diagonal is the local share. Its row / column sums off the diagonal are the
+    primitive's dispatch uplink / downlink of `port_loads`, and the combine moves its
+    transpose (the same copies back)."""
+    n = expert_ids.shape[0]
+    g = placement.shape[-1]
+    m, hit = experts_per_gpu(expert_ids, token_mask, placement, exact)  # [N, G]
+    own = jnp.asarray(np.eye(g, dtype=np.float32)[token_owner(n, g)])  # [N, G]
+    return own.T @ (m if primitive == "unicast_pair" else hit)
+
+
 def load_index(primitive: str, combine: str) -> int:
     """Row of `port_loads` that a config's primitive moves (explicit = DySHARP's bytes)."""
     if primitive in ("dymultimem", "explicit"):
