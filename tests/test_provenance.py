@@ -93,6 +93,7 @@ def test_tune_on_a_recording_records_its_data(tmp_path, capsys):
     head = pol.read_text().split("system =")[0]
     assert f"recording {cross}" in head and "powerlaw" not in head
     assert "concat" in head and "mistral_expert_counts_c4.pkl (olmoe)" in head
+    assert "# command: moejax tune --system ep" in head and "# moejax version: " in head
 
 
 def test_trace_gen_and_import_record_provenance(tmp_path, capsys):
