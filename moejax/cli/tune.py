@@ -40,10 +40,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="gradient steps, or trials of a black-box --search")
     u.add_argument("--traces", type=positive_int, default=DefaultInt(64), help="training traces")
     u.add_argument("--batch", type=positive_int, default=16, help="traces per step")
-    u.add_argument("--eval-traces", type=positive_int, default=DefaultInt(256), help="held-out traces")
+    u.add_argument("--eval-traces", type=positive_int, default=DefaultInt(256),
+                   help="held-out traces")
     u.add_argument("--trace-gen", default="powerlaw:alpha=1.2",
                    help="generator spec of the (fixed) popularity")
-    u.add_argument("--tokens", type=positive_int, default=DefaultInt(64), help="tokens per iteration")
+    u.add_argument("--tokens", type=positive_int, default=DefaultInt(64),
+                   help="tokens per iteration")
     u.add_argument("--iterations", type=positive_int, default=DefaultInt(2))
     u.add_argument("--layers", type=positive_int, default=DefaultInt(1))
     u.add_argument("--seed", type=int, default=0)

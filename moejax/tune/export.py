@@ -20,7 +20,6 @@ from moejax.output.results import atomic_write_text
 from moejax.trace import io as trace_io
 from moejax.trace import provenance as trace_provenance
 
-
 # the comment lines that name the process writing the file (its command line, version)
 PROVENANCE_COMMENTS = ("# command: ", "# moejax version: ")
 
