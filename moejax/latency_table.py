@@ -58,6 +58,7 @@ import numpy as np
 from moejax import api
 from moejax.errors import ConfigError
 from moejax.physics.roofline import compute_time_s, memory_time_s
+from moejax.runner import budget
 from moejax.systems import rebalancing
 from moejax.trace import fit, gen
 from moejax.trace.core import Trace
@@ -157,6 +158,17 @@ def attention_ms(model, platform, tokens_per_device: float) -> dict[str, float]:
             "time_stats.attn_rope.median": 1e3 * memory_time_s(rope_bytes * m.weight_bytes, bw)}
 
 
+def check_memory(setups, tokens, *, traces: int, layers: int, iterations: int) -> None:
+    """ConfigError (one line) before any trace is made when one policy's traces (all batch
+    sizes held at once: float32 counts, plus the float64 popularities they are drawn from)
+    do not fit memory (`budget.check_traces_fit`, as simulate and sweep check)."""
+    for s in setups:
+        i, e = settle_iterations(s.policy) + iterations, s.model.num_experts
+        budget.check_traces_fit(held=len(tokens) * traces, working=1,
+                                trace_bytes=4 * i * layers * e, shape=None, scratch_bytes=0,
+                                extra_bytes=8 * len(tokens) * traces * i * layers * e)
+
+
 def table(hardware: str, model: str, policies, tokens, *, trace_gen: str | Trace = DEFAULT_FIT,
           routing_label: str | None = None, traces: int = 8, layers: int = 1,
           iterations: int = 2, seed: int = 0, vocab_size: int = 0) -> dict[str, list]:
@@ -168,6 +180,7 @@ def table(hardware: str, model: str, policies, tokens, *, trace_gen: str | Trace
     if not policies:
         raise ConfigError("policy: give at least one policy name")
     setups = [api.resolve(hardware, model, p) for p in policies]  # errors before any run
+    check_memory(setups, tokens, traces=traces, layers=layers, iterations=iterations)
     label = routing_label or str(trace_gen)
     cols: dict[str, list] = {c: [] for c in COLUMNS}
     for s in setups:

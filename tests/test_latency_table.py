@@ -76,6 +76,26 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_traces_too_large_for_memory_are_refused_before_any_is_made(tmp_path, capsys,
+                                                                     monkeypatch):
+    from moejax import latency_table
+    from moejax.runner import budget
+
+    monkeypatch.setattr(budget, "available_bytes", lambda: 100_000)
+
+    def never(*a, **k):
+        raise AssertionError("traces made before the memory check")
+
+    monkeypatch.setattr(latency_table, "traces_for", never)
+    out = tmp_path / "t.csv"
+    rc = cli.main(["export", "latency-table", "--hardware", "h800x8", "--model",
+                   "mixtral-8x7b", "--tokens", "64,256", "--traces", "1000", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and "2000 traces held" in err, err
+    assert "fewer --traces" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def _table(tmp_path, *extra, policy="eplb", tokens="256,4096"):
     out = tmp_path / "t.csv"
     rc = cli.main(["export", "latency-table", "--hardware", "h800x8", "--model",

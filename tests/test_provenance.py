@@ -65,6 +65,31 @@ def test_simulate_records_provenance_and_the_held_out_figure(tmp_path, capsys):
     assert "held out (iterations 2:3)" in table
 
 
+def test_simulate_stream_reports_the_same_held_out_figure(tmp_path, capsys):
+    """--stream summarizes a chunk at a time; the held-out figure of a re-planning policy is
+    there too, equal to the in-memory one (mean exact, percentiles within the sketch's
+    relative error)."""
+    from moejax.runner.stream import ALPHA
+
+    cross = _cross_task(tmp_path, capsys)
+    pol = tmp_path / "eplb1.toml"
+    pol.write_text(POLICY)
+    sums = []
+    for name, extra in (("mem", []), ("stream", ["--stream"])):
+        out = tmp_path / name
+        assert cli.main(["simulate", "--hardware", "h800x8", "--model", "mixtral-8x7b",
+                         "--policy", str(pol), "--trace", str(cross), "--out", str(out),
+                         "--quiet", *extra]) == 0
+        sums.append(json.loads((out / "summary.json").read_text()))
+    table = capsys.readouterr().out
+    mem, st = (s["held_out"] for s in sums)
+    assert st["iterations"] == mem["iterations"] == "2:3"
+    assert "held out (iterations 2:3)" in table.split("forward pass")[-1]  # the stream's table
+    for name in ("latency_s", "forward_s"):
+        np.testing.assert_allclose(st[name]["mean"], mem[name]["mean"], rtol=1e-6)
+        np.testing.assert_allclose(st[name]["p50"], mem[name]["p50"], rtol=ALPHA)
+
+
 def test_simulate_table_labels_memory_as_time_beyond_compute(tmp_path, capsys):
     assert cli.main(["simulate", "--hardware", "chiplet-2x2", "--model", "qwen3-30b-a3b",
                      "--traces", "2", "--tokens", "16", "--quiet"]) == 0
@@ -93,6 +118,7 @@ def test_tune_on_a_recording_records_its_data(tmp_path, capsys):
     head = pol.read_text().split("system =")[0]
     assert f"recording {cross}" in head and "powerlaw" not in head
     assert "concat" in head and "mistral_expert_counts_c4.pkl (olmoe)" in head
+    assert "# command: moejax tune --system ep" in head and "# moejax version: " in head
 
 
 def test_trace_gen_and_import_record_provenance(tmp_path, capsys):

@@ -124,6 +124,20 @@ def test_simulate_a_recording_refuses_layers(tmp_path, capsys):
     _one_line(capsys, rc, "--layers: --trace", "as recorded")
 
 
+@pytest.mark.parametrize("opt", ["--layers", "--iterations", "--tokens", "--traces",
+                                 "--eval-traces"])
+def test_tune_on_a_recording_refuses_the_generator_shape(opt, tmp_path, capsys):
+    """tune --trace trains on the recording's own shape: these options would be ignored."""
+    rec = tmp_path / "t.npz"
+    assert main(["trace", "gen", "uniform", "--experts", "128", "--top-k", "8", "--traces",
+                 "4", "--tokens", "8", "--out", str(rec)]) == 0
+    capsys.readouterr()
+    rc = main(["tune", "--trace", str(rec), opt, "1", "--steps", "1", "--out",
+               str(tmp_path / "ck"), "--quiet"])
+    _one_line(capsys, rc, f"{opt}: --trace {rec}", "drop them")
+    assert not (tmp_path / "ck").exists()
+
+
 def test_tune_resume_on_a_missing_folder_is_a_checkpoint_error(tmp_path, capsys):
     out = tmp_path / "none"
     rc = main(["tune", "--resume", "--steps", "2", "--out", str(out), "--quiet"])

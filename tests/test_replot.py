@@ -283,6 +283,10 @@ def test_a_study_as_data_runs_through_the_one_runner(tmp_path, monkeypatch, caps
     summary = json.loads((out / "summary.json").read_text())
     assert summary["files"] == ["squares.csv", "squares.png", "cubes.csv", "note.json"]
     assert summary["points"] == 3 and summary["quick"] is True
+    prov = summary["provenance"]  # command line, version, seed, data of every summary
+    assert prov["command"] == f"moejax reproduce toy --quick --out {out}"
+    assert prov["moejax_version"] and prov["data"]["study"] == "toy"
+    assert prov["data"]["grid"] == "quick"
     assert [(c["id"], c["holds"], c["simulated"]) for c in summary["claims"]] == [
         ("toy.grows", True, 4)]
     assert (out / "squares.png").read_bytes()[:8] == PNG

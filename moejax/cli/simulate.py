@@ -173,17 +173,39 @@ def held_out_summary(policy, out: dict, iterations: int) -> dict:
     """A re-planning policy's figures over the iterations its first plan serves
     (`rebalancing.held_out_from`: after the window the plan was made from), beside the
     whole-trace ones that include the window: {"held_out": {...}} or {} for other policies."""
-    if policy.system != "rebalancing" or "layer_latency_per_iter_s" not in out:
+    cols = held_out_columns(policy)(out)
+    if not cols:
         return {}
+    return held_out_block(policy, iterations, engine.percentile_summary(cols[HELD_OUT[0]]),
+                          engine.percentile_summary(cols[HELD_OUT[1]]))
+
+
+HELD_OUT = ("held_out_latency_s", "held_out_forward_s")  # per-trace means, seconds
+
+
+def held_out_columns(policy):
+    """metrics -> {HELD_OUT names: per-trace means [T] (s) over the iterations after
+    `rebalancing.held_out_from`} of a re-planning policy ({} for others, or without
+    per-iteration metrics): the in-memory summary's and `--stream`'s (a chunk at a time)."""
+    start = rebalancing.held_out_from(policy.options) if policy.system == "rebalancing" else 0
+
+    def derive(out) -> dict:
+        if policy.system != "rebalancing" or "layer_latency_per_iter_s" not in out:
+            return {}
+        return {HELD_OUT[0]: np.asarray(out["layer_latency_per_iter_s"])[:, start:].mean(-1),
+                HELD_OUT[1]: np.asarray(out["forward_per_iter_s"])[:, start:].mean(-1)}
+
+    return derive
+
+
+def held_out_block(policy, iterations: int, latency: dict, forward: dict) -> dict:
+    """{"held_out": ...} of a summary from the held-out percentile summaries."""
     start = rebalancing.held_out_from(policy.options)
-    lat = np.asarray(out["layer_latency_per_iter_s"])[:, start:].mean(-1)
-    fwd = np.asarray(out["forward_per_iter_s"])[:, start:].mean(-1)
     return {"held_out": {
         "iterations": f"{start}:{iterations}",
         "what": "iterations the first plan serves (the window it was planned from excluded); "
                 "the whole-trace figures above include the window",
-        "latency_s": engine.percentile_summary(lat),
-        "forward_s": engine.percentile_summary(fwd)}}
+        "latency_s": latency, "forward_s": forward}}
 
 
 def run_streams(args) -> int:
@@ -307,7 +329,8 @@ def simulate_streamed(args, setup, traces, key, source: str, prov: dict) -> int:
     t0 = time.perf_counter()
     sums, done_now, meta = stream.run(system, params, traces, key, chunk=chunk, meta=meta,
                                out_dir=out_dir, resume=args.resume,
-                               progress=not args.quiet)
+                               progress=not args.quiet,
+                               derive=held_out_columns(setup.policy))
     wall = time.perf_counter() - t0
     if not distributed.is_writer():  # several processes: process 0 prints and writes
         return 0
@@ -324,6 +347,8 @@ def simulate_streamed(args, setup, traces, key, source: str, prov: dict) -> int:
                         ("comm_s", "compute_s", "memory_s", "attention_s") if k in sums.means},
         "tokens_per_s_mean": sums.mean("tokens_per_s"),
         "wall_s": wall,
+        **(held_out_block(setup.policy, meta["iterations"], h[HELD_OUT[0]].summary(),
+                          h[HELD_OUT[1]].summary()) if HELD_OUT[0] in h else {}),
         "provenance": prov,
         "streamed": {
             "traces_this_call": done_now,

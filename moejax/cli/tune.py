@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from moejax import systems
-from moejax.cli.args import add_distributed_arguments, positive_int
+from moejax.cli.args import DefaultInt, add_distributed_arguments, given, positive_int
 from moejax.errors import ConfigError
 from moejax.runner import distributed
 from moejax.tune import TuneConfig, export, smoothed, tune
@@ -38,14 +38,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "on every training trace (docs/tuning.md)")
     u.add_argument("--steps", type=positive_int, default=200,
                    help="gradient steps, or trials of a black-box --search")
-    u.add_argument("--traces", type=positive_int, default=64, help="training traces")
+    u.add_argument("--traces", type=positive_int, default=DefaultInt(64), help="training traces")
     u.add_argument("--batch", type=positive_int, default=16, help="traces per step")
-    u.add_argument("--eval-traces", type=positive_int, default=256, help="held-out traces")
+    u.add_argument("--eval-traces", type=positive_int, default=DefaultInt(256),
+                   help="held-out traces")
     u.add_argument("--trace-gen", default="powerlaw:alpha=1.2",
                    help="generator spec of the (fixed) popularity")
-    u.add_argument("--tokens", type=positive_int, default=64, help="tokens per iteration")
-    u.add_argument("--iterations", type=positive_int, default=2)
-    u.add_argument("--layers", type=positive_int, default=1)
+    u.add_argument("--tokens", type=positive_int, default=DefaultInt(64),
+                   help="tokens per iteration")
+    u.add_argument("--iterations", type=positive_int, default=DefaultInt(2))
+    u.add_argument("--layers", type=positive_int, default=DefaultInt(1))
     u.add_argument("--seed", type=int, default=0)
     u.add_argument("--lr", type=float, default=0.1)
     u.add_argument("--warmup", type=int, default=10)
@@ -63,7 +65,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     u.add_argument("--trace", default="",
                    help="train on a recording (.npz, `moejax trace import`) instead of "
                    "--trace-gen: its first --train-fraction of iterations train, the rest are "
-                   "the held-out evaluation (--traces / --eval-traces / --tokens unused)")
+                   "the held-out evaluation (--traces / --eval-traces / --tokens / --iterations / "
+                   "--layers are refused: the recording has its own shape)")
     u.add_argument("--train-fraction", type=float, default=0.5,
                    help="with --trace: share of the recording's iterations to train on")
     u.add_argument("--per-layer", action="store_true",
@@ -109,6 +112,10 @@ def config_from_args(cls, args):
     params = tuple(p.strip() for p in args.param.split(",") if p.strip())
     if not params:
         raise ConfigError("--param: give at least one parameter name")
+    if args.trace and (unused := given(args, "traces", "eval_traces", "tokens", "iterations",
+                                       "layers")):  # an option must have its effect
+        raise ConfigError(f"{' / '.join(unused)}: --trace {args.trace} trains and evaluates on "
+                          "the recording's own iterations, layers and tokens; drop them")
     return cls(system=args.system, hardware=args.hardware, model=args.model,
                policy=args.policy, params=params, steps=args.steps, traces=args.traces,
                batch=args.batch, eval_traces=args.eval_traces, trace_gen=args.trace_gen,

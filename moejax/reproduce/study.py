@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from moejax.errors import ConfigError, UnknownNameError
-from moejax.output import plotting
+from moejax.output import plotting, provenance
 from moejax.output.progress import study_progress
 from moejax.output.results import atomic_write_csv, atomic_write_json, atomic_write_rows
 
@@ -46,7 +46,9 @@ class Report:
 
 
 def write_summary(out_dir: Path, report: Report, quick: bool) -> Path:
-    """summary.json with the `claims` list (id, paper, simulated, holds, note)."""
+    """summary.json with the `claims` list (id, paper, simulated, holds, note) and the run's
+    `provenance` (`moejax.output.provenance.record`: command line, version; a study's seeds
+    and data are fixed in its module, so "data" names the study and its grid)."""
     path = Path(out_dir) / "summary.json"
     atomic_write_json(path, {
         "study": report.study,
@@ -54,6 +56,9 @@ def write_summary(out_dir: Path, report: Report, quick: bool) -> Path:
         "claims": [dataclasses.asdict(c) for c in report.claims],
         "files": report.files,
         **report.extra,
+        "provenance": provenance.record(None, {
+            "kind": "study", "study": report.study, "grid": "quick" if quick else "full",
+            "seeds": "fixed in the study's module (moejax.reproduce)"}),
     })
     return path
 

@@ -126,7 +126,7 @@ def check_traces_fit(*, held: int, working: int, trace_bytes: int, scratch_bytes
     if shape is None:
         raise ConfigError(f"tokens: {what} {verb} about {_gb(need)}; {_gb(available)} is "
                           "available and a run may use half; use fewer --tokens, --layers "
-                          "or --iterations")
+                          "or --iterations" + (" (or fewer --traces)" if held else ""))
     i, layers, n = shape
     most = int(n * limit // need)  # the bytes grow in proportion to the tokens
     raise ConfigError(

@@ -51,8 +51,9 @@ PARTS = "results"
 # Traces per Parquet part: 64 k rows of ~10 float32 metrics is ~3 MB held before a write,
 # and 153 parts for 10^7 traces.
 PART_ROWS = 65536
-# Metrics whose percentiles the summary reports (the others: mean only).
-PERCENTILE_METRICS = ("latency_s", "forward_s")
+# Metrics whose percentiles the summary reports (the others: mean only); the held-out ones
+# are a re-planning policy's per-trace means after its plan's window (`run`'s `derive`).
+PERCENTILE_METRICS = ("latency_s", "forward_s", "held_out_latency_s", "held_out_forward_s")
 # Settings a resumed run may differ in (the chunk is taken from the state).
 _NOT_COMPARED = ("chunk", "chunk_given", "columns")
 # Several processes: traces each process simulates between two all-gathers of rows (whole
@@ -72,10 +73,11 @@ def _prepare(system, traces, key, chunk: int):
             engine.chunk_reader(traces, key_data, width=chunk))
 
 
-def iter_chunks(system, params, traces, key, chunk: int, start: int = 0):
+def iter_chunks(system, params, traces, key, chunk: int, start: int = 0, derive=None):
     """Yield (lo, hi, metrics) for each chunk of `chunk` traces from trace `start` (a chunk
     boundary), with `engine.simulate`'s keys and chunk shapes. One chunk is dispatched
-    ahead of the one yielded, so the host work on a chunk's results overlaps the next call."""
+    ahead of the one yielded, so the host work on a chunk's results overlaps the next call.
+    derive: metrics -> further per-trace metrics added to each chunk's (see `run`)."""
     n, fn, read = _prepare(system, traces, key, chunk)
 
     def call(s):
@@ -83,7 +85,7 @@ def iter_chunks(system, params, traces, key, chunk: int, start: int = 0):
         out = fn(params, *read(s, e))
         if e - s < chunk:  # the padded last chunk: its real rows
             out = jax.tree_util.tree_map(lambda x: np.asarray(x)[: e - s], out)
-        return s, e, out
+        return s, e, ({**out, **derive(out)} if derive else out)
 
     pending = None
     for s in range(start, n, chunk):
@@ -96,7 +98,7 @@ def iter_chunks(system, params, traces, key, chunk: int, start: int = 0):
 
 
 def iter_rounds(system, params, traces, key, chunk: int, start: int = 0,
-                round_traces: int | None = None):
+                round_traces: int | None = None, derive=None):
     """`iter_chunks` over several processes: every process yields the same (lo, hi,
     metrics) for each chunk from `start`, in trace order. A round is `P * G` consecutive
     chunks of the single-process run (G = round_traces // chunk, at least 1); process p
@@ -109,7 +111,8 @@ def iter_rounds(system, params, traces, key, chunk: int, start: int = 0,
     span = per * chunk
 
     def call(s, e):
-        return fn(params, *read(s, e))
+        out = fn(params, *read(s, e))
+        return {**out, **derive(out)} if derive else out
 
     def own(r0):  # this process's rows of the round starting at trace r0, padded to span
         lo = min(n, r0 + rank * span)
@@ -280,14 +283,16 @@ def _open_everywhere(out_dir, resume: bool, meta: dict):
 
 def run(system, params, traces, key, *, chunk: int, meta: dict, out_dir: Path | None,
         resume: bool = False, progress: bool = False,
-        round_traces: int | None = None) -> tuple[Summaries | None, int, dict]:
+        round_traces: int | None = None, derive=None) -> tuple[Summaries | None, int, dict]:
     """Stream `traces` through `system`; returns (summaries, traces simulated now, meta).
 
     meta: the run's settings (JSON-able); a resumed run must have the same ones (its chunk
     comes from the state, so a resumed run makes the same calls as an uninterrupted one).
     out_dir None: summaries only, no rows written (and no resume). Several processes: each
     runs this with the same arguments; process 0 keeps the summaries and writes, the others
-    get None summaries (`round_traces`: see `iter_rounds`)."""
+    get None summaries (`round_traces`: see `iter_rounds`). derive: a chunk's metrics ->
+    further 1-D per-trace metrics (e.g. a re-planning policy's held-out means of its
+    per-iteration ones), summarized and written like the others."""
     n = engine.batch_size(traces)
     made = made_folders(out_dir / PARTS) if out_dir is not None else []
     start, parts, sums, meta = _open_everywhere(out_dir, resume, meta)
@@ -321,9 +326,9 @@ def run(system, params, traces, key, *, chunk: int, meta: dict, out_dir: Path | 
 
     done_now = 0
     starts = range(start, n, chunk)
-    chunks = (iter_chunks(system, params, traces, key, chunk, start)
+    chunks = (iter_chunks(system, params, traces, key, chunk, start, derive)
               if distributed.process_count() < 2 else
-              iter_rounds(system, params, traces, key, chunk, start, round_traces))
+              iter_rounds(system, params, traces, key, chunk, start, round_traces, derive))
     with engine.progress_bar(progress and writer, len(starts), system.name) as advance:
         for lo, hi, out in chunks:
             done_now += hi - lo

@@ -1,9 +1,10 @@
 """Write tuned hard values as a named policy TOML that `moejax simulate --policy` reads.
 
 The file is the base policy (system, [options]) with the tuned options replaced, and a
-header saying where the values come from. It is a pure function of the base policy, the
-run spec and the hard values (no time stamps), so exporting a restored checkpoint gives the
-same bytes as exporting at the end of the run.
+header saying where the values come from, and two provenance comment lines (the command
+line and the moejax version that wrote it, `PROVENANCE_COMMENTS`). Apart from those it is a
+pure function of the base policy, the run spec and the hard values (no time stamps), so
+exporting a restored checkpoint gives the same bytes as exporting at the end of the run.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from moejax.output import provenance
 from moejax.output.results import atomic_write_text
 from moejax.trace import io as trace_io
 from moejax.trace import provenance as trace_provenance
+
+# the comment lines that name the process writing the file (its command line, version)
+PROVENANCE_COMMENTS = ("# command: ", "# moejax version: ")
 
 
 def _toml_value(v) -> str:
@@ -67,6 +71,8 @@ def policy_text(base, overrides: dict, run: dict, step: int, description: str = 
         + f"loss {run.get('loss')}; checkpoint step {step}.")
     lines = [
         *header.rstrip("\n").split("\n"),
+        f"{PROVENANCE_COMMENTS[0]}{provenance.command()}".replace("\n", " "),
+        f"{PROVENANCE_COMMENTS[1]}{provenance.version()}",
         f"system = {_toml_value(base.system)}",
         f"description = {_toml_value(desc)}",
         f"source = {_toml_value('moejax tune; base: ' + base.source)}",
