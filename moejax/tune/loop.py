@@ -31,18 +31,17 @@ import optax
 
 from moejax import systems
 from moejax.errors import CheckpointError, ConfigError, UnknownNameError
-from moejax.output import provenance as output_provenance
 from moejax.output.results import atomic_write_json
 from moejax.runner import budget as memory
 from moejax.runner import engine
 from moejax.system import TuneSetup
 from moejax.systems.fsedp.budget import ChipletBudget
 from moejax.trace import io as trace_io
-from moejax.trace import provenance
 from moejax.trace.popularity import fixed_popularity, sample_from_popularity
 from moejax.tunable import IntegerKnob, Placement
 from moejax.tune import checkpoint as ck
 from moejax.tune import targets
+from moejax.tune.records import run_provenance, run_record
 
 LOSSES = ("mean", "p99", "throughput", "forward")
 RELAXATIONS = ("expected", "system", "lattice", "smoothed")
@@ -229,31 +228,6 @@ def build_problem(cfg: TuneConfig, *, traces: bool = True) -> Problem:
         load_le = np.asarray(train.counts.mean(axis=(0, 1)))
     return Problem(cfg, setup, train, heldout, load_e, make_optimizer(cfg), s.policy, load_le,
                    s.platform)
-
-
-def data_of(cfg: TuneConfig) -> dict:
-    """The provenance of a run's routing: the recording's (source, importer, options,
-    derivation) and its train / held-out split, or the generator and seed."""
-    if cfg.trace:
-        return {**provenance.describe(cfg.trace, trace_io.load_meta(cfg.trace)),
-                "split": f"train: the first {cfg.train_fraction:g} of the iterations, "
-                         "held out: the rest"}
-    return provenance.generated(cfg.trace_gen, cfg.seed)
-
-
-def run_record(cfg: TuneConfig) -> dict:
-    """The run spec as a summary records it: on a recording, the generator-only fields
-    (trace_gen, traces, eval_traces, tokens, iterations) are None, as they were not used."""
-    spec = cfg.spec()
-    if cfg.trace:
-        spec.update({k: None for k in ("trace_gen", "traces", "eval_traces", "tokens",
-                                       "iterations")})
-    return spec
-
-
-def run_provenance(cfg: TuneConfig) -> dict:
-    """Command line, version, seed and data of a run (`moejax.output.provenance`)."""
-    return output_provenance.record(cfg.seed, data_of(cfg))
 
 
 def check_generated(cfg: TuneConfig, model) -> None:

@@ -29,7 +29,7 @@ from moejax.errors import ConfigError, MoejaxError
 from moejax.output.results import atomic_write_json
 from moejax.runner import distributed, engine
 from moejax.tune import checkpoint as ck
-from moejax.tune import loop
+from moejax.tune import loop, records
 
 # Losses that are means over the traces of a batch (split evenly, the mean of the blocks'
 # means is the batch's mean).
@@ -141,7 +141,8 @@ def tune(cfg, out: str | Path, *, resume: bool, progress: bool, callback,
     evaluation = loop.evaluate(prob, hard) if evaluate_heldout else {}
     if evaluate_heldout and writer:
         atomic_write_json(Path(out) / "summary.json",
-                          {"run": loop.run_record(cfg), "provenance": loop.run_provenance(cfg),
+                          {"run": records.run_record(cfg),
+                           "provenance": records.run_provenance(cfg),
                            "step": step, "final_loss": history[-1],
                            "processes": distributed.process_count(),
                            "evaluation": evaluation})

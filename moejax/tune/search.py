@@ -53,7 +53,7 @@ from moejax.errors import CheckpointError, ConfigError
 from moejax.output.results import atomic_write_json
 from moejax.tunable import IntegerKnob, LogKnob, Placement, Threshold
 from moejax.tune import checkpoint as ck
-from moejax.tune import loop
+from moejax.tune import loop, records
 
 SEARCHES = loop.SEARCHES
 BLACK_BOX = SEARCHES[1:]
@@ -385,9 +385,9 @@ def write_summary(out: Path, cfg, step: int, final_loss: float, evaluation: dict
                   budget: dict, curve: list) -> None:
     """summary.json: the run, the held-out evaluation, the budget and the curve."""
     atomic_write_json(out / "summary.json",
-                      {"run": loop.run_record(cfg), "step": step, "final_loss": final_loss,
+                      {"run": records.run_record(cfg), "step": step, "final_loss": final_loss,
                        "evaluation": evaluation, "budget": budget, "curve": curve,
-                       "provenance": loop.run_provenance(cfg)})
+                       "provenance": records.run_provenance(cfg)})
 
 
 # --- the gradient run's accounting ---------------------------------------------------------------

@@ -43,7 +43,7 @@ from moejax.output.results import atomic_write_json, atomic_write_text
 from moejax.runner import engine
 from moejax.systems.amoe import serve
 from moejax.tune import checkpoint as ck
-from moejax.tune import export, loop, targets
+from moejax.tune import export, records, targets
 from moejax.tune.loop import TuneResult, make_optimizer, open_run, progress_bar, tau_at
 
 AEP_METRICS = ("throughput_tok_s", "itl_mean_s", "ttft_mean_s")
@@ -199,7 +199,8 @@ def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool 
     if evaluate_heldout:
         evaluation = evaluate_aep(prob, hard["decay"], default)
         atomic_write_json(Path(out) / "summary.json",
-                          {"run": loop.run_record(cfg), "provenance": loop.run_provenance(cfg),
+                          {"run": records.run_record(cfg),
+                           "provenance": records.run_provenance(cfg),
                            "step": step, "final_loss": history[-1],
                            "tuned": hard["decay"], "default": default,
                            "train_loss_hard": dict(zip(("start", "tuned"), prob.loss(
