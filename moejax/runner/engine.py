@@ -190,13 +190,17 @@ def split_keys(key: jax.Array, n: int) -> tuple[np.ndarray, str]:
     m = n
     if impl == "threefry2x32" and jax.config.jax_threefry_partitionable:
         m = 1 << max(0, int(n - 1).bit_length())
-    data = np.asarray(jax.random.key_data(jax.random.split(key, m)))
-    return data[:n], impl
+    data = jax.random.key_data(jax.random.split(key, m))
+    if isinstance(data, jax.core.Tracer):  # simulate inside a caller's jit / grad: in graph
+        return data[:n], impl
+    return np.asarray(data)[:n], impl
 
 
 def _typed_key(key) -> jax.Array:
     """A typed PRNG key (default `key(0)`; a legacy uint32 PRNGKey is wrapped)."""
-    key = jax.random.key(0) if key is None else key
+    if key is None:  # the default key is a constant, also inside a caller's jit
+        with jax.ensure_compile_time_eval():
+            return jax.random.key(0)
     if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(key)
     return key

@@ -418,8 +418,10 @@ class GradientObserver:
         self.rows = [r for r in self.rows if r["evals"] < step]
         self.rows.append({"evals": step, "wall_s": wall, "cpu_s": cpu,
                           "hard": {k: np.asarray(v).tolist() for k, v in hard.items()}})
-        self.out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.path, {"rows": self.rows, "wall_s": wall, "cpu_s": cpu})
+        # a resume restarts from a saved step and drops the rows after it, so the rows are
+        # kept once a step is saved (before that a failed run must leave nothing behind)
+        if any(p.name.isdigit() for p in self.out.glob("*")):
+            atomic_write_json(self.path, {"rows": self.rows, "wall_s": wall, "cpu_s": cpu})
         self.clock.resume()
 
     def finish(self, step: int, final_loss: float, evaluation: dict) -> dict:

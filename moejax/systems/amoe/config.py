@@ -142,11 +142,12 @@ def pair_tables(platform: Platform, token_bytes: float, message_s: float = 0.0):
     off-diagonal latency.
 
     A message follows the topology's route; its bandwidth is the slowest link on it
-    (NVSwitch port, or the NIC between nodes of a hierarchical platform).
+    (NVSwitch port, or the NIC between nodes of a hierarchical platform) at its sustained
+    bulk rate (`Topology.sustained_Bps`, the rate every system's all-to-all uses).
     """
     topo = topology.build(platform)
     inc = topo.incidence()  # [D, D, Lk]
-    bw = np.where(inc > 0, topo.link_Bps[None, None, :], np.inf).min(-1)
+    bw = np.where(inc > 0, np.asarray(topo.sustained_Bps)[None, None, :], np.inf).min(-1)
     d = platform.num_devices
     per_token = np.where(np.eye(d, dtype=bool), 0.0, token_bytes / bw)
     lat = np.where(np.eye(d, dtype=bool), 0.0, topo.path_latency_s + message_s)

@@ -21,6 +21,7 @@ from moejax.catalog.hardware import Platform
 from moejax.catalog.models import ModelSpec
 from moejax.errors import ConfigError
 from moejax.physics import topology
+from moejax.physics.roofline import sustained_flops
 
 # Per-micro-slice control overhead (000 §IV: "finer micro-slices ... increase relative
 # control/scheduling overhead and per-transfer header cost"; §VI-D Fig. 17). The paper gives
@@ -117,7 +118,9 @@ class FSEDPConfig:
 
     @property
     def peak_flops(self) -> float:
-        return self.platform.device.flops(self.dtype)
+        """FLOP/s the experts' GEMMs sustain (`physics.roofline.sustained_flops`: the peak
+        on an ideal device, the measured GEMM efficiency where the platform states one)."""
+        return sustained_flops(self.platform.device, self.dtype)
 
     @property
     def ddr_Bps(self) -> float:
@@ -125,7 +128,9 @@ class FSEDPConfig:
 
     @property
     def link_Bps(self) -> float:
-        return float(np.min(self.topo.link_Bps)) if self.topo.num_links else 1.0
+        """Bytes/s of the slowest D2D link under bulk transfer (`Topology.sustained_Bps`:
+        link_Bps x the link type's protocol efficiency, 1 on an ideal platform)."""
+        return float(np.min(self.topo.sustained_Bps)) if self.topo.num_links else 1.0
 
     @property
     def hop_latency_s(self) -> float:
