@@ -82,29 +82,29 @@ def nccl_alltoall_s(traffic, messages, fabric, sms=None, tau=0.0):
     return t + message_time_s(traffic, messages, topo) + topo.kernel_latency_s
 
 
-def _needs_platform(name: str, fabric):
-    if not isinstance(fabric, Platform):
-        raise ConfigError(f"comm_kernel = {name!r} needs the platform (its nodes and NICs), "
-                          "not a bare Topology")
-    return fabric
+def _on_platform(name: str, time_s):
+    """A `KERNELS` entry for a kernel timed from the whole platform (its nodes and NICs:
+    `physics.internode`); hard max only (tau is not used). `needs_platform` tells
+    `alltoall_time_s` to hand it the platform rather than a Topology."""
+    def fn(traffic, messages, fabric, sms=None, tau=0.0):
+        if not isinstance(fabric, Platform):
+            raise ConfigError(f"comm_kernel = {name!r} needs the platform (its nodes and "
+                              "NICs), not a bare Topology")
+        return time_s(traffic, messages, fabric, sms)
+
+    fn.needs_platform = True
+    fn.__doc__ = f"`{name}`: `internode.{time_s.__name__}` on the platform."
+    return fn
 
 
-def deepep_normal_s(traffic, messages, fabric, sms=None, tau=0.0):
-    """DeepEP's normal kernels (NVLink forwarding + RDMA between nodes,
-    `internode.deepep_normal_time_s`); hard max only (tau is not used)."""
-    return internode.deepep_normal_time_s(traffic, messages,
-                                          _needs_platform("deepep_normal", fabric), sms)
-
-
-def deepep_low_latency_s(traffic, messages, fabric, sms=None, tau=0.0):
-    """DeepEP's low-latency kernels (one direct message per token and expert,
-    `internode.deepep_low_latency_time_s`); hard max only (tau is not used)."""
-    return internode.deepep_low_latency_time_s(
-        traffic, messages, _needs_platform("deepep_low_latency", fabric), sms)
-
-
-KERNELS = {"nccl": nccl_alltoall_s, "deepep_normal": deepep_normal_s,
-           "deepep_low_latency": deepep_low_latency_s}
+KERNELS = {
+    "nccl": nccl_alltoall_s,
+    # DeepEP's normal kernels: NVLink forwarding + RDMA between nodes
+    "deepep_normal": _on_platform("deepep_normal", internode.deepep_normal_time_s),
+    # DeepEP's low-latency kernels: one direct message per token and expert
+    "deepep_low_latency": _on_platform("deepep_low_latency",
+                                       internode.deepep_low_latency_time_s),
+}
 
 
 def kernel(name: str):
@@ -120,6 +120,6 @@ def alltoall_time_s(traffic, fabric, *, messages=None, sms=None, kernel_name: st
     `fabric` (Platform or Topology) with the kernel `kernel_name` of `KERNELS`; `platform`
     (when `fabric` is its Topology) is handed to the kernels that need nodes and NICs."""
     fn = kernel(kernel_name)
-    if kernel_name != "nccl" and platform is not None:
+    if getattr(fn, "needs_platform", False) and platform is not None:
         fabric = platform
     return fn(traffic, messages, fabric, sms=sms, tau=tau)
