@@ -122,6 +122,17 @@ def test_unknown_kernel_is_one_line():
         ep.make_config(load_platform("h800x8"), load_model("deepseek-v2"), comm_kernel="nope")
 
 
+def test_an_sm_limit_without_effect_is_refused():
+    """comm_sms is an error where it would change nothing: a DeepEP kernel (no SM term) or a
+    platform without a measured per-SM rate; it is taken where it applies."""
+    h800, v2 = load_platform("h800x8"), load_model("deepseek-v2")
+    with pytest.raises(ConfigError, match="comm_sms = 24: comm_kernel = 'deepep_normal'"):
+        ep.make_config(h800, v2, comm_kernel="deepep_normal", comm_sms=24)
+    with pytest.raises(ConfigError, match="hardware chiplet-2x2 states no"):
+        ep.make_config(load_platform("chiplet-2x2"), load_model("qwen3-30b-a3b"), comm_sms=24)
+    assert ep.make_config(h800, v2, comm_sms=24).comm_sms == 24
+
+
 @pytest.mark.parametrize("key, value", [("protocol_efficiency", 1.5),
                                         ("protocol_efficiency", 0.0),
                                         ("gemm_efficiency", -0.1),

@@ -67,9 +67,16 @@ def make_config(platform: Platform, model: ModelSpec, *, attention: str = "dp",
                 tp_size: int = 1, context_len: int = 0, dtype: str = "bf16",
                 comm_kernel: str = "nccl", comm_sms: int = 0) -> EPConfig:
     """Validated EPConfig; the topology is built once here."""
-    comm.kernel(comm_kernel)
+    fn = comm.kernel(comm_kernel)
     if comm_sms < 0:
         raise ConfigError(f"comm_sms = {comm_sms} must be >= 0 (0: not SM-limited)")
+    if comm_sms and getattr(fn, "needs_platform", False):
+        raise ConfigError(f"comm_sms = {comm_sms}: comm_kernel = {comm_kernel!r} runs on the SMs "
+                          "DeepEP assigns it (its time model has no SM term); allowed: 0")
+    if comm_sms and not platform.device.sm_comm_Bps:
+        raise ConfigError(f"comm_sms = {comm_sms}: hardware {platform.name} states no "
+                          "[device] sm_comm_Bps, so an SM limit would have no effect; "
+                          "allowed: 0")
     if attention not in ATTENTION_MODES:
         raise ConfigError(f"attention = {attention!r}; allowed: {', '.join(ATTENTION_MODES)}")
     if attention == "tp" and (tp_size < 1 or platform.num_devices % tp_size):
