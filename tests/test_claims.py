@@ -280,3 +280,25 @@ def test_dysharp_dgx_and_payload():
     bad = Rows({"top_k": ks, "ideal": [0.8] * 4, "dysharp": [0.8, 0.8, 0.7, 0.6],
                 "explicit": [0.8, 0.8, 0.72, 0.69]})
     assert not dy.payload_claim(bad).holds
+
+
+def test_calibrated_claim_is_not_counted_as_reproduced(tmp_path):
+    """A claim whose constant was fitted to the number it tests is "calibrated": its summary
+    row says so and the tally keeps it out of the reproduced count."""
+    import json
+
+    from moejax.reproduce import amoe_claims as am
+    from moejax.reproduce.study import Claim, Report, tally, write_summary
+
+    stall = am.stall_claim(Rows({"concurrency": [256, 2048], "stall_fraction": [0.3, 0.7]}))
+    assert stall.holds and stall.verdict == "calibrated" and "bisected" in stall.calibrated
+    fails = Claim(id="x.fails", paper="p", simulated=1, holds=False)
+    ok = Claim(id="x.ok", paper="p", simulated=1, holds=True,
+               changed_after_failure="a floor added after it failed")
+    assert tally([stall, fails, ok]) == {"reproduced": 1, "calibrated": 1, "fails": 1,
+                                         "total": 3}
+    write_summary(tmp_path, Report("x", [stall, fails, ok], []), quick=True)
+    got = json.loads((tmp_path / "summary.json").read_text())
+    assert [c["verdict"] for c in got["claims"]] == ["calibrated", "fails", "reproduced"]
+    assert got["claims"][2]["changed_after_failure"].startswith("a floor")
+    assert got["tally"]["reproduced"] == 1

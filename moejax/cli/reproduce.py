@@ -12,6 +12,7 @@ from rich.table import Table
 from moejax import reproduce, systems
 from moejax.cli.args import add_distributed_arguments
 from moejax.errors import ConfigError
+from moejax.reproduce import study
 from moejax.runner import distributed
 
 
@@ -63,11 +64,15 @@ def run(args) -> int:
         return 0
     report = reproduce.run(args.study, Path(args.out), args.quick, args.only)
     t = Table(title=f"{args.study}: claims ({'quick' if args.quick else 'full'} run)")
-    for c in ("id", "paper", "simulated", "holds"):
+    for c in ("id", "paper", "simulated", "verdict"):
         t.add_column(c)
     for c in report.claims:
-        t.add_row(c.id, c.paper, _brief(c.simulated), "yes" if c.holds else "NO")
+        t.add_row(c.id, c.paper, _brief(c.simulated),
+                  {"reproduced": "holds", "calibrated": "calibrated", "fails": "NO"}[c.verdict])
     Console().print(t)
+    n = study.tally(report.claims)
+    print(f"{n['reproduced']} of {n['total']} claims reproduced, {n['calibrated']} calibrated "
+          f"(a constant fitted to the number the claim tests), {n['fails']} fail")
     print("(simulated values abridged; summary.json holds them in full, with notes)")
     print(f"wrote {len(report.files)} files and summary.json to {args.out}")
     return 0

@@ -35,6 +35,27 @@ class Claim:
     simulated: Any  # the measured number(s)
     holds: bool
     note: str = ""  # why it does not hold, or what differs
+    # The model constant fitted to the very number this claim tests, and how it was fitted.
+    # Non-empty: the claim is reported as "calibrated" and not counted as reproduced, whatever
+    # `holds` says (a fit that hits its target shows the model can, not that it does).
+    calibrated: str = ""
+    # How the model changed after this claim had failed (what was added, and the reading
+    # that motivated it). Non-empty keeps that history beside the verdict.
+    changed_after_failure: str = ""
+
+    @property
+    def verdict(self) -> str:
+        """"reproduced", "calibrated" or "fails"."""
+        if self.calibrated:
+            return "calibrated"
+        return "reproduced" if self.holds else "fails"
+
+
+def tally(claims: Iterable[Claim]) -> dict[str, int]:
+    """How many claims are reproduced, calibrated and failing, and the total."""
+    verdicts = [c.verdict for c in claims]
+    return {v: verdicts.count(v) for v in ("reproduced", "calibrated", "fails")} | {
+        "total": len(verdicts)}
 
 
 @dataclasses.dataclass
@@ -46,14 +67,16 @@ class Report:
 
 
 def write_summary(out_dir: Path, report: Report, quick: bool) -> Path:
-    """summary.json with the `claims` list (id, paper, simulated, holds, note) and the run's
+    """summary.json with the `claims` list (id, paper, simulated, holds, note, calibrated,
+    changed_after_failure, verdict), their `tally` (reproduced / calibrated / fails) and the run's
     `provenance` (`moejax.output.provenance.record`: command line, version; a study's seeds
     and data are fixed in its module, so "data" names the study and its grid)."""
     path = Path(out_dir) / "summary.json"
     atomic_write_json(path, {
         "study": report.study,
         "quick": quick,
-        "claims": [dataclasses.asdict(c) for c in report.claims],
+        "claims": [dataclasses.asdict(c) | {"verdict": c.verdict} for c in report.claims],
+        "tally": tally(report.claims),
         "files": report.files,
         **report.extra,
         "provenance": provenance.record(None, {
