@@ -302,3 +302,17 @@ def test_calibrated_claim_is_not_counted_as_reproduced(tmp_path):
     assert [c["verdict"] for c in got["claims"]] == ["calibrated", "fails", "reproduced"]
     assert got["claims"][2]["changed_after_failure"].startswith("a floor")
     assert got["tally"]["reproduced"] == 1
+
+
+def test_fsedp_claims_keep_their_history():
+    """A claim that holds only after its reading changed says so beside its verdict."""
+    rows = {"model": ["qwen3-30b-a3b"] * 3, "buffer_mb": [14.0] * 3,
+            "num_microslices": [2, 4, 8], "latency_s": [3.0, 1.0, 2.0],
+            "overhead": ["ctrl 0.5us"] * 3}
+    c = fs.fig17_claim(rows)
+    assert c.holds and c.verdict == "reproduced"
+    assert "14 MB" in c.changed_after_failure
+    assert set(fs.CHANGED_AFTER_FAILURE) <= {
+        "fsedp.speedup_vs_ep", "fsedp.speedup_vs_hydra", "fsedp.paired_load_low_tokens",
+        "fsedp.onchip_memory_vs_ep", "fsedp.rule5_marginal", "fsedp.token_buffering",
+        "fsedp.microslice_sweet_spot", "fsedp.scaling"}  # ids the study emits
