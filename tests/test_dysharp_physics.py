@@ -109,3 +109,22 @@ def test_comm_sms_one_rule(l8_decode):
     # compute-bound block: experts and attention on 112 of 132 SMs beside the comm kernels
     assert float(out["block_dualpipe_s"]) > (float(out["gemm_s"]) + float(out["attention_s"])
                                              ) / share * (1 - 1e-3)
+
+
+def test_normal_ref_experts_keeps_cv_and_default_stream():
+    """`normal:...,ref_experts=E0` keeps the coefficient of variation std x E0 at every E;
+    without it (the default) the stream and the spec string are what they were."""
+    from moejax.trace import families
+
+    key = jax.random.key(3)
+    for e in (64, 256):
+        lp = families.log_popularity(("normal", (("ref_experts", 64),)),
+                                     {"std": 0.002, "floor": 1e-6}, key, 1, 32, e)
+        p = np.exp(np.asarray(lp))[0]
+        cv = (p.std(-1) / p.mean(-1)).mean()
+        assert cv == pytest.approx(0.002 * 64, rel=0.05), e
+    assert gen.spec_to_str(gen.parse_spec("normal:std=0.032")) == "normal:std=0.032,floor=0.0001"
+    same = [gen.generate(s, jax.random.key(0), num_traces=1, iterations=1, layers=2, tokens=256,
+                         num_experts=256, top_k=8).expert_ids
+            for s in ("normal:std=0.032", "normal:std=0.032,ref_experts=256")]
+    assert np.array_equal(np.asarray(same[0]), np.asarray(same[1]))
