@@ -31,6 +31,7 @@ from moejax.reproduce.dysharp_claims import (  # noqa: F401  (the study's consta
     _gm,
 )
 from moejax.reproduce.study import Check, Figure, Grid, Rows, Study
+from moejax.systems import ep
 from moejax.systems.dysharp import closed_form, compare, packet, system, traffic
 from moejax.systems.dysharp.config import contiguous_placement, make_config
 from moejax.trace import gen
@@ -178,18 +179,24 @@ def fig15(grid: Grid, routing: str = ROUTING) -> Rows:
 
 
 def fig14(grid: Grid, routing: str = ROUTING) -> Rows:
-    """End to end (Fig. 14): sparse blocks (layer + attention) + dense blocks, training."""
+    """End to end (Fig. 14): sparse blocks (layer + attention) + dense blocks (attention +
+    dense FFN, data parallel, fwd + bwd), training."""
     per_cfg = per_config(grid, routing)
+    pl = _platform()
     e2e = {}
     for n in PAPER_E2E:
         sp = []
         for c in grid.configs:
             mm = load_model(c[0])
+            ffn = float(ep.dense_ffn_time_s(ep.make_config(pl, mm, attention="dp"),
+                                            SEQ[c[0]] * pl.num_devices, 0.0)) * (
+                1.0 + system.BACKWARD_GEMM_FACTOR)
 
-            def total(name, c=c, mm=mm):
+            def total(name, c=c, mm=mm, ffn=ffn):
                 r = per_cfg[c][(name, "training")]
                 blk = r["block_dualpipe_s"] if name == "dualpipe" else r["block_s"]
-                return mm.num_sparse_layers * blk + mm.num_dense_layers * r["attention_s"]
+                return mm.num_sparse_layers * blk + mm.num_dense_layers * (r["attention_s"]
+                                                                            + ffn)
 
             sp.append(float(total(n) / total("dysharp")))
         e2e[n] = {"geomean": round(_gm(sp), 3), "max": round(max(sp), 3)}
