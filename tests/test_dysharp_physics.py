@@ -128,3 +128,14 @@ def test_normal_ref_experts_keeps_cv_and_default_stream():
                          num_experts=256, top_k=8).expert_ids
             for s in ("normal:std=0.032", "normal:std=0.032,ref_experts=256")]
     assert np.array_equal(np.asarray(same[0]), np.asarray(same[1]))
+
+
+def test_study_ships_routing_sensitivity():
+    """Spec §7.7: the study re-judges its time claims under a CV-preserving routing reading
+    and uniform routing beside the catalog's absolute one."""
+    from moejax.reproduce import dysharp as study
+
+    assert "routing_sensitivity" in [f.name for f in study.STUDY.figures]
+    specs = dict(study.READINGS)
+    assert specs["absolute"] == study.ROUTING and specs["uniform"] == "uniform"
+    assert any("ref_experts=" in s for s in specs.values())
