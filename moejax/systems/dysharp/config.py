@@ -50,8 +50,9 @@ UNICAST = ("unicast_pair", "unicast_rank")
 TILE_TOKENS = 128
 # DeepSeek-V3 technical report §3.2.2: 20 of the H800's 132 SMs run the all-to-all kernels.
 # Spec §7.8: 004 gives no SM split. One rule for every system: a schedule whose communication
-# runs as SM kernels while GEMMs run (coarse: NCCL all-to-all on its own stream, one CTA per
-# channel; fine, fused; DualPipe's end-to-end block) leaves those SMs to the comm kernels; a
+# runs as SM kernels while GEMMs run (coarse: NCCL all-to-all on its own stream, whose
+# channels are CUDA blocks on SMs, NCCL user guide `NCCL_MIN_NCHANNELS`; fine, fused;
+# DualPipe's end-to-end block) leaves those SMs to the comm kernels; a
 # serial schedule runs comm and GEMMs one after the other, each on every SM.
 COMM_SMS = 20
 # 004 §III-B Fig. 7: target-extension flits hold eight 16-bit expert ids each.
