@@ -264,6 +264,37 @@ def test_dysharp_tile_size_and_bandwidth():
                                       "bw_util": [0.3, 0.4, 0.7, 0.6, 0.5]})).holds
 
 
+def test_dysharp_thresholds_as_the_spec_and_paper_say():
+    """Redundancy 40-50% (spec §4), rising trends at every point, tile 128 singled out."""
+    from moejax.reproduce import dysharp_claims as dy
+
+    ks = [1, 8, 16, 32]
+
+    def fig2(red, ideal):
+        return Rows({"top_k": ks, "redundancy": red, "ideal_speedup": ideal,
+                     "nvls_useless": [0.0, 3.4, 1.4, 0.5]})
+
+    good = dy.traffic_claims(fig2([0.0, 0.42, 0.46, 0.47], [1.4, 1.8, 1.9, 1.95]))
+    assert [c.holds for c in good] == [True, True, True]
+    low = dy.traffic_claims(fig2([0.0, 0.39, 0.46, 0.47], [1.4, 1.8, 1.9, 1.95]))[0]
+    assert not low.holds  # 39% is below the spec's 40%
+    dip = dy.traffic_claims(fig2([0.0, 0.42, 0.46, 0.47], [1.4, 1.8, 1.7, 1.95]))[1]
+    assert not dip.holds  # ideal speedup must rise at every k >= 8, not only end to end
+    gpus = {"gpus": [4, 8, 16],
+            "dysharp-s_dysharp_ms": [1.0, 1.0, 1.0], "dysharp-s_deepep_ms": [2.0, 2.5, 3.0],
+            "dysharp-s_comet-rank_ms": [1.2, 1.3, 1.4]}
+    rows = Rows({**gpus, "dysharp-s_comet_ms": [1.2, 1.5, 1.6]}, extra={"models": ["dysharp-s"]})
+    assert dy.gpu_scaling_claim(rows).holds
+    mid = Rows({**gpus, "dysharp-s_comet_ms": [1.2, 1.1, 1.6]}, extra={"models": ["dysharp-s"]})
+    assert not dy.gpu_scaling_claim(mid).holds  # falls between 4 and 8 GPUs
+    tiles = [32, 64, 128, 256, 512]
+    near = dy.tile_claim(Rows({"tile_tokens": tiles, "dysharp_ms": [1.2, 0.98, 0.99, 1.0, 1.1]}))
+    assert not near.holds and near.simulated["best"] == 64  # 128 is not singled out
+    assert near.changed_after_failure  # the 64-row floor came after the claim failed
+    assert dy.tile_claim(Rows({"tile_tokens": tiles,
+                               "dysharp_ms": [1.2, 1.0, 0.98, 1.0, 1.1]})).holds
+
+
 def test_dysharp_dgx_and_payload():
     from moejax.reproduce import dysharp_claims as dy
 

@@ -180,7 +180,8 @@ def test_vectorized_equals_reference(setup, layer_fns):
     for cfg, fn in layer_fns.values():
         got = fn(params, ids, mask, counts)
         want = reference.moe_layer(cfg, ids, mask, counts, place)
-        for key in ("latency_s", "comm_s", "gemm_s", "traffic_bytes"):
+        for key in ("latency_s", "comm_s", "gemm_s", "traffic_bytes", "attention_s",
+                    "block_dualpipe_s"):
             assert float(got[key]) == pytest.approx(want[key], rel=2e-6), (cfg.primitive,
                                                                            cfg.schedule, key)
 

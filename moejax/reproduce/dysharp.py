@@ -31,6 +31,7 @@ from moejax.reproduce.dysharp_claims import (  # noqa: F401  (the study's consta
     _gm,
 )
 from moejax.reproduce.study import Check, Figure, Grid, Rows, Study
+from moejax.systems import ep
 from moejax.systems.dysharp import closed_form, compare, packet, system, traffic
 from moejax.systems.dysharp.config import contiguous_placement, make_config
 from moejax.trace import gen
@@ -51,7 +52,7 @@ KS = (1, 2, 4, 8, 16, 32)
 QUICK = Grid(True, traces=2, sample_tokens=2048, configs=(("dysharp-s", 8), ("dysharp-l", 8)),
              gpus=(4, 8, 16, 32, 64), scale_models=("dysharp-s",),
              seq=(1024, 2048, 4096, 8192, 16384), stds=(0.01, 0.032, 0.05),
-             alphas=(0.5, 1.5, 2.5), tiles=(32, 128, 512), ks=KS)
+             alphas=(0.5, 1.5, 2.5), tiles=(32, 64, 128, 256, 512), ks=KS)
 FULL = Grid(False, traces=8, sample_tokens=8192,
             configs=tuple((m, k) for m in ("dysharp-s", "dysharp-m", "dysharp-l")
                           for k in (8, 16, 32)),
@@ -151,14 +152,14 @@ NAMES = (*MAIN, "dysharp-basic", "dysharp-comet", "fusion-only", "explicit-fused
 L8 = ("dysharp-l", 8)  # comm share, ablation, bandwidth utilization
 
 
-@functools.lru_cache(maxsize=1)
-def per_config(grid: Grid) -> dict:
+@functools.lru_cache(maxsize=8)
+def per_config(grid: Grid, routing: str = ROUTING) -> dict:
     """{(model, top-k): {(system, phase): metrics}} of every configuration of Figs. 14-16."""
     pl = _platform()
     per_cfg = {}
     for mname, k in grid.configs:
         m = with_overrides(load_model(mname), top_k=k)
-        per_cfg[(mname, k)] = _run(pl, m, NAMES, _traces(ROUTING, m, grid), SEQ[mname],
+        per_cfg[(mname, k)] = _run(pl, m, NAMES, _traces(routing, m, grid), SEQ[mname],
                                    extra=COMET_PER_RANK)
     return per_cfg
 
@@ -167,8 +168,8 @@ def _labels(grid: Grid) -> list[str]:
     return [f"{m.split('-')[1].upper()}-{k}" for m, k in grid.configs]
 
 
-def fig15(grid: Grid) -> Rows:
-    per_cfg = per_config(grid)
+def fig15(grid: Grid, routing: str = ROUTING) -> Rows:
+    per_cfg = per_config(grid, routing)
     fig15 = {"config": _labels(grid)}
     for phase in ("training", "forward"):
         for n in NAMES:
@@ -177,19 +178,25 @@ def fig15(grid: Grid) -> Rows:
     return Rows(fig15, extra={"per_cfg": per_cfg, "configs": grid.configs})
 
 
-def fig14(grid: Grid) -> Rows:
-    """End to end (Fig. 14): sparse blocks (layer + attention) + dense blocks, training."""
-    per_cfg = per_config(grid)
+def fig14(grid: Grid, routing: str = ROUTING) -> Rows:
+    """End to end (Fig. 14): sparse blocks (layer + attention) + dense blocks (attention +
+    dense FFN, data parallel, fwd + bwd), training."""
+    per_cfg = per_config(grid, routing)
+    pl = _platform()
     e2e = {}
     for n in PAPER_E2E:
         sp = []
         for c in grid.configs:
             mm = load_model(c[0])
+            ffn = float(ep.dense_ffn_time_s(ep.make_config(pl, mm, attention="dp"),
+                                            SEQ[c[0]] * pl.num_devices, 0.0)) * (
+                1.0 + system.BACKWARD_GEMM_FACTOR)
 
-            def total(name, c=c, mm=mm):
+            def total(name, c=c, mm=mm, ffn=ffn):
                 r = per_cfg[c][(name, "training")]
                 blk = r["block_dualpipe_s"] if name == "dualpipe" else r["block_s"]
-                return mm.num_sparse_layers * blk + mm.num_dense_layers * r["attention_s"]
+                return mm.num_sparse_layers * blk + mm.num_dense_layers * (r["attention_s"]
+                                                                            + ffn)
 
             sp.append(float(total(n) / total("dysharp")))
         e2e[n] = {"geomean": round(_gm(sp), 3), "max": round(max(sp), 3)}
@@ -220,9 +227,9 @@ def fig18(grid: Grid) -> Rows:
     return Rows(tr_rows, extra={"configs": grid.configs, "pure": pure})
 
 
-def fig16(grid: Grid) -> Rows:
+def fig16(grid: Grid, routing: str = ROUTING) -> Rows:
     """Ablation at L-8 (training), and DeepEP's comm share there."""
-    r8 = per_config(grid)[L8]
+    r8 = per_config(grid, routing)[L8]
     abl_names = ("deepep", "comet", "dysharp-basic", "dysharp-comet", "fusion-only", "dysharp")
     abl = {n: float(r8[(n, "training")]["latency_s"]) for n in abl_names}
     share = float(r8[("deepep", "training")]["comm_s"] / r8[("deepep", "training")]["latency_s"])
@@ -236,8 +243,8 @@ def fig16(grid: Grid) -> Rows:
                        "comet_rank_s": float(r8[("comet-rank", "training")]["latency_s"])})
 
 
-def fig20(grid: Grid) -> Rows:
-    r8 = per_config(grid)[L8]
+def fig20(grid: Grid, routing: str = ROUTING) -> Rows:
+    r8 = per_config(grid, routing)[L8]
     bw = {n: float(r8[(n, "training")]["bw_util"]) for n in
           ("deepep", "comet", "dysharp-basic", "dysharp-comet", "dysharp")}
     return Rows({"system": list(bw), "bw_util": list(bw.values())})
@@ -279,9 +286,9 @@ def skew_sweep(key: str):
     return compute
 
 
-def fig27(grid: Grid) -> Rows:
+def fig27(grid: Grid, routing: str = ROUTING) -> Rows:
     ml = _l8()
-    data = _traces(ROUTING, ml, grid)
+    data = _traces(routing, ml, grid)
     inf = {}
     for label, tok in (("prefill", SEQ["dysharp-l"]), ("decode", 16)):
         res = _run(_platform(), ml, SWEEP_NAMES, data, tok, phases=("forward",))
@@ -347,6 +354,63 @@ def fig30(grid: Grid) -> Rows:
     return Rows(tl)
 
 
+# --- routing reading (spec §7.7): which verdicts depend on how std 0.032 is read -----------
+
+# (label, generator spec): 004 §V-B's std 0.032 applied absolutely to the expert
+# probabilities (the catalog reading: coefficient of variation std x E, 2.0 at E = 64 and 8.2
+# at E = 256); the coefficient of variation kept across E from E0 = 64 (Table I's smallest
+# model, whose reading is unchanged) or from E0 = 8; and uniform routing (no skew).
+READINGS = (("absolute", ROUTING), ("cv_from_e64", f"{ROUTING},ref_experts=64"),
+            ("cv_from_e8", f"{ROUTING},ref_experts=8"), ("uniform", "uniform"))
+SENSITIVE = ("dysharp.layer_vs_deepep", "dysharp.layer_vs_comet", "dysharp.layer_vs_nvls",
+             "dysharp.layer_vs_others", "dysharp.e2e", "dysharp.comm_share",
+             "dysharp.ablation", "dysharp.bw_util", "dysharp.inference")
+
+
+def _load_cv(spec, mname, grid: Grid) -> float:
+    """Coefficient of variation of the tokens per expert of the routing samples (k = 8)."""
+    m = with_overrides(load_model(mname), top_k=8)
+    counts = np.asarray(_traces(spec, m, grid)[2], float)
+    return float((counts.std(-1) / counts.mean(-1)).mean())
+
+
+def _headline(c) -> float:
+    """The number a claim's verdict mostly turns on, for the sensitivity table."""
+    sim = c.simulated
+    return round(float({
+        "dysharp.layer_vs_others": lambda: sim["tutel"]["geomean"],
+        "dysharp.e2e": lambda: sim["deepep"]["geomean"],
+        "dysharp.comm_share": lambda: sim["training"],
+        "dysharp.ablation": lambda: sim["fusion_only_over_comet"],
+        "dysharp.bw_util": lambda: sim["dysharp"],
+        "dysharp.inference": lambda: sim["decode"]["comet"],
+    }.get(c.id, lambda: sim["geomean"])()), 3)
+
+
+def routing_sensitivity(grid: Grid) -> Rows:
+    """The time claims of Figs. 14-16, 20 and 27 re-judged under each routing reading."""
+    rows, verdicts = [], {}
+    for label, spec in READINGS:
+        got = [*claims.layer_claims(fig15(grid, spec)), claims.e2e_claim(fig14(grid, spec)),
+               *claims.ablation_claims(fig16(grid, spec)), claims.bw_util_claim(fig20(grid, spec)),
+               claims.inference_claim(fig27(grid, spec))]
+        by_id = {c.id: c for c in got}
+        row = {"reading": label, "routing": spec,
+               "load_cv_s": round(_load_cv(spec, "dysharp-s", grid), 3),
+               "load_cv_l": round(_load_cv(spec, "dysharp-l", grid), 3)}
+        for cid in SENSITIVE:
+            short = cid.split(".", 1)[1]
+            row[f"{short}_value"] = _headline(by_id[cid])
+            row[f"{short}_holds"] = bool(by_id[cid].holds)
+            verdicts.setdefault(cid, []).append(bool(by_id[cid].holds))
+        rows.append(row)
+    depends = [cid for cid, v in verdicts.items() if len(set(v)) > 1]
+    return Rows(rows, summary={"routing_sensitivity": {
+        "readings": dict(READINGS), "depends_on_reading": depends,
+        "holds": {cid: dict(zip(dict(READINGS), v, strict=True))
+                  for cid, v in verdicts.items()}}})
+
+
 # --- the study -----------------------------------------------------------------------------
 
 NOT_SIMULATED = [
@@ -378,6 +442,7 @@ STUDY = Study(
         Figure("fig28_models", fig28),
         Figure("fig29_dgx_h100", fig29),
         Figure("fig30_tile", fig30, figs.fig30),
+        Figure("routing_sensitivity", routing_sensitivity),
     ),
     quick=QUICK,
     full=FULL,

@@ -41,11 +41,11 @@ def traffic_claims(f2: Rows) -> list[Claim]:
     nv = float(rows["nvls_useless"][list(rows["top_k"]).index(8)])
     return [Claim("dysharp.redundancy", "about 50% of traffic redundant at top-k >= 8 "
                   "(§I, Fig. 2a)", {k: round(float(r[k]), 3) for k in r},
-                  bool(all(0.38 <= r[k] <= 0.5 for k in (8, 16, 32)) and r[8] < r[16] < r[32]),
+                  bool(all(0.40 <= r[k] <= 0.5 for k in (8, 16, 32)) and r[8] < r[16] < r[32]),
                   "DeepEP bytes vs DySHARP bytes over both directions"),
             Claim("dysharp.ideal_speedup", "near 2x for top-k >= 8 (Fig. 2b)",
                   {k: round(float(s[k]), 3) for k in s},
-                  bool(all(s[k] >= 1.6 for k in (8, 16, 32)) and s[8] < s[32] <= 2.0),
+                  bool(all(s[k] >= 1.6 for k in (8, 16, 32)) and s[8] < s[16] < s[32] <= 2.0),
                   "serial DeepEP comm / fused DySHARP comm, payload bytes, busiest port"),
             Claim("dysharp.nvls_useless", "340% useless traffic (§I, §II-C2)",
                   round(nv, 3), bool(2.27 <= nv <= 5.10),
@@ -100,7 +100,10 @@ def layer_claims(f15: Rows) -> list[Claim]:
                          "ccfuser": layer["ccfuser"], "order_slowest_first": order},
                         bool(others_ok and tuple(order) == ORDER),
                         "CCFuser and COMET share one model (two fused kernels, per-pair "
-                        "bytes), so they tie"))
+                        "bytes), so they tie",
+                        changed_after_failure="after the order failed, COMET's adaptive SM "
+                        "split was added (they still tie); later the coarse schedules "
+                        "(FasterMoE, Tutel) pay their comm SMs like every overlapped one"))
     return claims
 
 
@@ -110,7 +113,9 @@ def e2e_claim(f14: Rows) -> Claim:
                  "(COMET; up to 1.79), 1.66 (DualPipe) (Fig. 14)", e2e,
                  all(_gain_ok(e2e[n]["geomean"], PAPER_E2E[n][0]) for n in e2e),
                  "attention by roofline (DP), dense blocks included; the 16-stage PP bubble is "
-                 "the same for all systems and left out (spec §7.14)")
+                 "the same for all systems and left out (spec §7.14)",
+                 changed_after_failure="after the claim failed, DualPipe's compute runs on the "
+                 "SMs its comm kernels leave (one comm-SM rule for every overlapped schedule)")
 
 
 def traffic_bytes_claim(f18: Rows) -> Claim:
@@ -201,7 +206,11 @@ def inference_claim(f27: Rows) -> Claim:
                   for p in inf},
                  bool(all(inf[p]["dysharp"] < min(inf[p]["deepep"], inf[p]["comet"])
                           for p in inf)),
-                 "decode: 16 tokens per GPU (512 per step over 32 GPUs), forward")
+                 "decode: 16 tokens per GPU (512 per step over 32 GPUs), forward",
+                 changed_after_failure="after the decode point failed (0.88x DeepEP) DeepEP's "
+                 "notify was added (0.90x, still failing); then two double charges were removed: "
+                 "weight-streaming GEMMs divided by the SM share, and fill / drain of a full "
+                 "128-token tile at 16 tokens per expert")
 
 
 def gpu_scaling_claim(f21: Rows) -> Claim:
@@ -216,10 +225,11 @@ def gpu_scaling_claim(f21: Rows) -> Claim:
         sim[mname] = {"comet_over_dysharp": [round(float(x), 3) for x in cr],
                       "comet_per_rank_over_dysharp": [round(float(x), 3) for x in crr],
                       "deepep_gap_ms": [round(float(x), 4) for x in gap]}
-        ok &= bool(cr[-1] >= cr[0] and gap[-1] > gap[0])
+        ok &= bool(np.all(np.diff(cr) >= 0) and np.all(np.diff(gap) > 0))
     return Claim("dysharp.gpu_scaling", "gap vs DeepEP and COMET widens from 4 to 64 GPUs "
-                 "(Fig. 21)", sim, ok, "tokens per GPU fixed (weak scaling); holds judged on "
-                 "COMET with per-pair bytes (catalog); the per-rank reading is shown beside it")
+                 "(Fig. 21)", sim, ok, "tokens per GPU fixed (weak scaling); holds judged at "
+                 "every GPU count (COMET ratio non-decreasing, DeepEP gap rising) on COMET with "
+                 "per-pair bytes (catalog); the per-rank reading is shown beside it")
 
 
 def models_claim(f28: Rows) -> Claim:
@@ -237,10 +247,18 @@ def dgx_claim(f29: Rows) -> Claim:
 
 
 def tile_claim(f30: Rows) -> Claim:
+    """Fig. 30 singles out tsize = 128: the claim holds when 128 is the fastest tile swept."""
     tl = f30.cols
-    best = tl["tile_tokens"][int(np.argmin(tl["dysharp_ms"]))]
+    ms = list(tl["dysharp_ms"])
+    best = tl["tile_tokens"][int(np.argmin(ms))]
+    at128 = ms[list(tl["tile_tokens"]).index(128)] if 128 in list(tl["tile_tokens"]) else None
     return Claim("dysharp.tile_size", "tsize 128 best on S-8 (Fig. 30)",
-                 {"best": best, "ms": [round(v, 4) for v in tl["dysharp_ms"]]},
-                 bool(64 <= best <= 256),
+                 {"best": best, "ms": [round(v, 4) for v in ms],
+                  "tile_128_over_best": None if at128 is None else round(at128 / min(ms), 4)},
+                 bool(best == 128),
                  "costs modelled: padding to whole tiles, one-tile fill and drain, tiles below "
-                 "64 rows compute 64 (Hopper wgmma M = 64); no per-tile sync cost")
+                 "64 rows compute 64 (Hopper wgmma M = 64); no per-tile sync cost",
+                 changed_after_failure="the claim first failed (best 32: 1.024 ms vs 1.029 ms "
+                 "at 128, quick grid); the 64-row floor (Hopper wgmma M = 64) was added after "
+                 "that and it passed by the spec's band 64-256 with best 64 on the full grid; "
+                 "the claim now asks what the paper says: 128 fastest")

@@ -6,7 +6,7 @@ ranges) and its expert popularity log p[I, L, E] (`log_p`), citing the paper it 
 | `uniform`     | none                                                    | 1/E                   |
 | `powerlaw`    | alpha (1.5)                                             | rank^-alpha           |
 | `exponential` | scale (0.5)                                             | exp(-rank/(scale E))  |
-| `normal`      | std (0.032), floor (1e-4)                               | 1/E + N(0, std)       |
+| `normal`      | std (0.032), floor (1e-4), ref_experts (0)              | 1/E + N(0, std)       |
 | `lognormal`   | sigma (1.0)                                             | exp(sigma z_rank)     |
 | `drift`       | rho (0.8), scale (1.0), noise (0.05), shared (0.5),     | softmax of AR(1)      |
 |               | scenarios (4), period (64), switches (none)             | logits                |
@@ -33,6 +33,9 @@ class ParamSpec:
     default: Any
     check: Callable[[Any], bool]
     allowed: str
+    # False: the spec's string form omits the parameter at its default (a parameter added
+    # later, so the strings of existing specs stay as they were)
+    shown_at_default: bool = True
 
 
 def _gt0(x):
@@ -66,6 +69,7 @@ FAMILIES: dict[str, dict[str, ParamSpec]] = {
     "normal": {
         "std": ParamSpec("float", 0.032, _ge0, ">= 0"),
         "floor": ParamSpec("float", 1e-4, _gt0, "> 0"),
+        "ref_experts": ParamSpec("int", 0, _ge0, "integer >= 0 (0: std absolute)", False),
     },
     "lognormal": {"sigma": ParamSpec("float", 1.0, _ge0, ">= 0")},
     "drift": {
@@ -132,11 +136,18 @@ def _popularity_normal(st, fl, key, iterations, layers, num_experts):
     normal, centred over the experts and rescaled by sqrt(E / (E - 1)), so every p_e has
     std `std` and sum(p) = 1 before clipping; renormalization only undoes the clipping.
     Drawn once per layer, fixed over iterations.
+
+    ref_experts = E0 > 0 reads `std` as the spread at E0 experts and keeps the coefficient of
+    variation std * E0 at every E (the std applied is std * E0 / E); 0 (default) applies
+    `std` absolutely, so the same std is a larger relative skew at larger E (004 §V-B gives
+    one std for models of 64 to 256 experts).
     """
     e = num_experts
     z = draw(jax.random.normal, key, (layers, e))
     z = (z - z.mean(-1, keepdims=True)) * (math.sqrt(e / (e - 1)) if e > 1 else 0.0)
-    p = jnp.maximum(1.0 / e + fl["std"] * z, fl["floor"])
+    ref = st["ref_experts"]
+    std = fl["std"] * (ref / e if ref else 1.0)
+    p = jnp.maximum(1.0 / e + std * z, fl["floor"])
     p = p / p.sum(-1, keepdims=True)
     return jnp.broadcast_to(jnp.log(p), (iterations, layers, e))
 

@@ -152,7 +152,9 @@ def spec_to_str(spec: GenSpec) -> str:
             return "/".join(str(x) for x in v)
         return repr(v) if isinstance(v, float) else str(v)
 
-    body = ",".join(f"{k}={fmt(v)}" for k, v in spec.params if v != ())
+    schema = FAMILIES[spec.family]
+    body = ",".join(f"{k}={fmt(v)}" for k, v in spec.params if v != () and (
+        schema[k].shown_at_default or v != schema[k].default))
     return f"{spec.family}:{body}" if body else spec.family
 
 

@@ -32,6 +32,8 @@ from moejax.physics.comm import KERNELS
 
 PRIMITIVES = ("unicast_pair", "unicast_rank", "nvls", "dymultimem", "explicit")
 SCHEDULES = ("serial", "coarse", "fine", "fused")
+# schedules whose comm kernels run on SMs beside the GEMMs (they pay `comm_sms`, COMM_SMS)
+OVERLAPPED = ("coarse", "fine", "fused")
 COMBINES = ("per_gpu", "per_expert")  # spec §7.5 variant A (default) / variant B (literal)
 PHASES = ("forward", "training")
 # how a primitive's bytes meet the link rate: "measured" (default) = the platform's measured
@@ -47,7 +49,11 @@ UNICAST = ("unicast_pair", "unicast_rank")
 # 004 §IV-B: "tsize = 128", the GEMM tile height (checked by Fig. 30).
 TILE_TOKENS = 128
 # DeepSeek-V3 technical report §3.2.2: 20 of the H800's 132 SMs run the all-to-all kernels.
-# Spec §7.8: 004 gives no SM split, so every overlapped schedule reserves these for comm.
+# Spec §7.8: 004 gives no SM split. One rule for every system: a schedule whose communication
+# runs as SM kernels while GEMMs run (coarse: NCCL all-to-all on its own stream, whose
+# channels are CUDA blocks on SMs, NCCL user guide `NCCL_MIN_NCHANNELS`; fine, fused;
+# DualPipe's end-to-end block) leaves those SMs to the comm kernels; a
+# serial schedule runs comm and GEMMs one after the other, each on every SM.
 COMM_SMS = 20
 # 004 §III-B Fig. 7: target-extension flits hold eight 16-bit expert ids each.
 TARGETS_PER_FLIT = 8
@@ -73,7 +79,8 @@ class DyConfig:
       `tokens_per_gpu * G / N` (exact in the flow model, spec §6).
     chunks: chunk counts the coarse pipeline may use (the best one is taken: Tutel's adaptive
       pipelining degree); one value = a fixed count (FasterMoE).
-    comm_sms: SMs that run communication while GEMMs run (overlapped schedules only); with
+    comm_sms: SMs that run communication while GEMMs run (overlapped schedules: coarse, fine,
+      fused; and DualPipe's end-to-end block, `system.dualpipe_share`); with
       fewer than COMM_SMS the ports drain at comm_sms / COMM_SMS of the link rate
       (`comm_rate`), more leave fewer SMs to the GEMMs (`gemm_share`).
     notify: a metadata exchange (token counts, two barriers) before each forward dispatch
@@ -131,8 +138,8 @@ class DyConfig:
 
     @property
     def overlapped(self) -> bool:
-        """Comm kernels share the SMs with GEMMs (fine and fused schedules)."""
-        return self.schedule in ("fine", "fused")
+        """Comm kernels share the SMs with GEMMs (coarse, fine and fused schedules)."""
+        return self.schedule in OVERLAPPED
 
 
 def gemm_share_of(cfg: DyConfig, comm_sms):
@@ -146,8 +153,8 @@ def gemm_share_of(cfg: DyConfig, comm_sms):
 def comm_rate_of(cfg: DyConfig, comm_sms):
     """Fraction of the port bandwidth the comm kernels reach: min(1, comm_sms / COMM_SMS)
     when they share the SMs with GEMMs (DeepSeek-V3 §3.2.2: COMM_SMS SMs suffice to saturate
-    the links; fewer issue proportionally less), 1 for serial and coarse schedules (comm
-    kernels run alone, or on their own stream with the SMs they need)."""
+    the links; fewer issue proportionally less), 1 for serial schedules (comm kernels run
+    alone, on the SMs they need)."""
     if not cfg.overlapped:
         return jnp.float32(1.0)
     return jnp.minimum(jnp.maximum(comm_sms, 1e-3) / COMM_SMS, 1.0)

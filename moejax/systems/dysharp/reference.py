@@ -3,6 +3,9 @@
 Loops over tokens and their experts for the port bytes (one packet decision per token and
 destination, spec §2 table), over GPUs, experts and GEMM tiles for the expert time, and
 applies the schedule rules of `schedule.py` with Python `max`. Same rules, no JAX.
+Attention is counted from the block's weight matrices (`catalog.shapes`, the Hugging Face
+module shapes), not from `ModelSpec`'s closed forms that the system uses, so a wrong
+attention formula (e.g. MLA counted as full multi-head attention) shows as a mismatch.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import math
 
 import numpy as np
 
+from moejax.catalog.shapes import attention_shapes, context_macs, count
 from moejax.systems.dysharp import packet
 from moejax.systems.dysharp.config import (
     COMM_SMS,
     COUNT_BYTES,
     NOTIFY_BARRIERS,
+    OVERLAPPED,
     WGMMA_M,
     DyConfig,
 )
@@ -79,9 +84,10 @@ def port_loads(cfg: DyConfig, expert_ids, token_mask, placement):
     return loads
 
 
-def gemm_times_s(cfg: DyConfig, tokens_de):
+def gemm_times_s(cfg: DyConfig, tokens_de, share=1.0):
     """(GEMM-1 [G], GEMM-2 [G]) seconds: whole tiles per expert (a tile computes at least
-    WGMMA_M rows), weights read once."""
+    WGMMA_M rows), weights read once; compute on `share` of the SMs, weight reads at the
+    HBM rate whatever the share."""
     m, dev = cfg.model, cfg.platform.device
     peak = dev.flops(cfg.gemm_dtype) * (dev.gemm_efficiency * dev.grouped_gemm_derate)
     hf = m.hidden_size * m.expert_ffn_size
@@ -95,7 +101,7 @@ def gemm_times_s(cfg: DyConfig, tokens_de):
                 tiles += 1
             used = 1.0 if rows > 0 else 0.0
             for mats, acc in ((m.ffn_matrices - 1, 1), (1, 2)):
-                comp = tiles * max(cfg.tile_tokens, WGMMA_M) * 2.0 * mats * hf / peak
+                comp = tiles * max(cfg.tile_tokens, WGMMA_M) * 2.0 * mats * hf / (peak * share)
                 mem = used * mats * hf * m.weight_bytes / dev.memory_Bps
                 if acc == 1:
                     t1 += max(comp, mem)
@@ -104,6 +110,23 @@ def gemm_times_s(cfg: DyConfig, tokens_de):
         x1.append(t1)
         x2.append(t2)
     return x1, x2
+
+
+def attention_s(cfg: DyConfig, n_tokens: float, share: float = 1.0) -> float:
+    """One attention block, data parallel (each GPU attends its n_tokens / G tokens, causal
+    prefill: half of them as context on average), from the block's weight matrices: one
+    multiply-accumulate per weight per token, q.k and p.v per context token
+    (`shapes.context_macs`), BF16 dense GEMMs on `share` of the SMs, weights read once."""
+    m, dev = cfg.model, cfg.platform.device
+    tok = n_tokens / cfg.num_devices
+    ctx = tok / 2
+    if m.sliding_window and m.sliding_window_layers:  # windowed blocks see at most the window
+        ctx = (ctx * (m.num_layers - m.sliding_window_layers)
+               + min(ctx, m.sliding_window) * m.sliding_window_layers) / m.num_layers
+    weights = count(attention_shapes(m))
+    flops = tok * 2.0 * (weights + ctx * context_macs(m))
+    comp = flops / (dev.flops("bf16") * dev.gemm_efficiency * share)
+    return max(comp, weights * m.weight_bytes / dev.memory_Bps)
 
 
 def unicast_rate_share(cfg: DyConfig) -> float:
@@ -121,30 +144,38 @@ def link_share(cfg: DyConfig) -> float:
         cfg.platform, "unicast_rank", cfg.model.top_k)
 
 
-def layer_time_s(cfg: DyConfig, wire, x1, x2):
-    """Schedule rules of `schedule.layer_time_s` on Python floats: (latency, comm, gemm);
-    with `adaptive_comm_sms`, the fastest of the candidate comm SM counts."""
+def layer_time_s(cfg: DyConfig, wire, tokens_de, n_tokens, factor=1.0):
+    """Schedule rules of `schedule.layer_time_s` on Python floats: (latency, comm, gemm) of
+    one pass whose GEMMs do `factor` x the forward work; with `adaptive_comm_sms`, the
+    fastest of the candidate comm SM counts."""
     if cfg.adaptive_comm_sms:
-        runs = [_layer_time_s(dataclasses.replace(cfg, comm_sms=n), wire, x1, x2)
-                for n in cfg.adaptive_comm_sms]
+        runs = [_layer_time_s(dataclasses.replace(cfg, comm_sms=n), wire, tokens_de,
+                              n_tokens, factor) for n in cfg.adaptive_comm_sms]
         return min(runs, key=lambda r: r[0])
-    return _layer_time_s(cfg, wire, x1, x2)
+    return _layer_time_s(cfg, wire, tokens_de, n_tokens, factor)
 
 
-def _layer_time_s(cfg: DyConfig, wire, x1, x2):
-    rate = min(1.0, cfg.comm_sms / COMM_SMS) if cfg.schedule in ("fine", "fused") else 1.0
+def _layer_time_s(cfg: DyConfig, wire, tokens_de, n_tokens, factor):
+    overlapped = cfg.schedule in OVERLAPPED
+    sms = cfg.platform.device.sm_count
+    share = 1.0 - min(cfg.comm_sms, sms - 1) / sms if overlapped else 1.0
+    rate = min(1.0, cfg.comm_sms / COMM_SMS) if overlapped else 1.0
     bw, lat = cfg.platform.topology.link_Bps * rate, cfg.latency_s
     eta = link_share(cfg)
     cd = max(max(wire[0][d], wire[1][d]) for d in range(cfg.num_devices)) / bw + lat
     cc = max(max(wire[2][d], wire[3][d]) for d in range(cfg.num_devices)) / bw + lat
+    x1, x2 = gemm_times_s(cfg, tokens_de)
+    x1s, x2s = gemm_times_s(cfg, tokens_de, share)
+    x1, x2, x1s, x2s = ([factor * v for v in xs] for xs in (x1, x2, x1s, x2s))
     x = max(a + b for a, b in zip(x1, x2, strict=True))
-    share = cfg.gemm_share
+    xs = max(a + b for a, b in zip(x1s, x2s, strict=True))
     m = cfg.model
     tok = cfg.tile_tokens
+    occ = min(tok, n_tokens * m.top_k / m.num_experts)  # tokens in the first / last tile
     hf = m.hidden_size * m.expert_ffn_size
     dev = cfg.platform.device
     peak = dev.flops(cfg.gemm_dtype) * (dev.gemm_efficiency * dev.grouped_gemm_derate) * share
-    tile_comm = tok * cfg.token_bytes / (eta * bw)
+    tile_comm = occ * cfg.token_bytes / (eta * bw)
     rows = max(tok, WGMMA_M)
     fill = (2 * tile_comm + rows * 2.0 * (m.ffn_matrices - 1) * hf / peak
             + rows * 2.0 * hf / peak + 2 * lat)
@@ -152,13 +183,14 @@ def _layer_time_s(cfg: DyConfig, wire, x1, x2):
         t = cd + max(x1) + max(x2) + cc
     elif cfg.schedule == "coarse":
         c = cd + cc
-        t = min(max(c, x) + min(c, x) / n + (n - 1) * 2 * lat for n in cfg.chunks)
+        t = min(max(c, xn) + min(c, xn) / n + (n - 1) * 2 * lat
+                for n in cfg.chunks for xn in [x if n == 1 else xs])
     elif cfg.schedule == "fine":
-        t = max(cd, max(x1) / share) + max(max(x2) / share, cc) + fill
+        t = max(cd, max(x1s)) + max(max(x2s), cc) + fill
     else:
         up = max(wire[0][d] + wire[2][d] for d in range(cfg.num_devices)) / bw
         down = max(wire[1][d] + wire[3][d] for d in range(cfg.num_devices)) / bw
-        t = max(up, down, x / share) + fill
+        t = max(up, down, xs) + fill
     return t, cd + cc, x
 
 
@@ -175,8 +207,8 @@ def moe_layer(cfg: DyConfig, expert_ids, token_mask, counts, placement):
     wire = [[v * scale * cfg.token_bytes / eta for v in row] for row in loads]
     tokens_de = [[float(counts[e]) * float(placement[e][d]) * scale
                   for e in range(cfg.model.num_experts)] for d in range(cfg.num_devices)]
-    x1, x2 = gemm_times_s(cfg, tokens_de)
-    t, c, x = layer_time_s(cfg, wire, x1, x2)
+    n_tok = n_real * scale
+    t, c, x = layer_time_s(cfg, wire, tokens_de, n_tok)
     if cfg.notify:  # DeepEP notify_dispatch: two barriers, counts to every peer
         g, e = cfg.num_devices, cfg.model.num_experts
         t_n = (NOTIFY_BARRIERS * 2 * cfg.latency_s
@@ -184,10 +216,18 @@ def moe_layer(cfg: DyConfig, expert_ids, token_mask, counts, placement):
                                                          * unicast_rate_share(cfg)))
         t, c = t + t_n, c + t_n
     passes = 1.0
+    # DualPipe's block: comm beside compute on comm_sms SMs (DeepSeek-V3 §3.2.2)
+    sms = cfg.platform.device.sm_count
+    share_dp = 1.0 - min(cfg.comm_sms, sms - 1) / sms
+    x1d, x2d = gemm_times_s(cfg, tokens_de, share_dp)
+    x_dp = max(a + b for a, b in zip(x1d, x2d, strict=True))
+    att, att_dp = attention_s(cfg, n_tok), attention_s(cfg, n_tok, share_dp)
     if cfg.phase == "training":
         f = BACKWARD_GEMM_FACTOR
-        tb, cb, xb = layer_time_s(cfg, wire, [f * v for v in x1], [f * v for v in x2])
+        tb, cb, xb = layer_time_s(cfg, wire, tokens_de, n_tok, f)
         t, c, x, passes = t + tb, c + cb, x + xb, 2.0
+        att, att_dp, x_dp = att * (1 + f), att_dp * (1 + f), x_dp * (1 + f)
     total = sum(sum(row) for row in loads) * scale * cfg.token_bytes * passes
     assert math.isfinite(t)
-    return {"latency_s": t, "comm_s": c, "gemm_s": x, "traffic_bytes": total}
+    return {"latency_s": t, "comm_s": c, "gemm_s": x, "traffic_bytes": total,
+            "attention_s": att, "block_dualpipe_s": max(c, x_dp + att_dp)}

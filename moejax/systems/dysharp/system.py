@@ -75,7 +75,7 @@ def token_scale(cfg: DyConfig, n_real):
     return cfg.tokens_per_gpu * cfg.num_devices / jnp.maximum(n_real, 1.0)
 
 
-def gemm_times_s(cfg: DyConfig, tokens_de, tau, tau_s=0.0, tile=None):
+def gemm_times_s(cfg: DyConfig, tokens_de, tau, tau_s=0.0, tile=None, share=1.0):
     """GEMM-1 (gate + up) and GEMM-2 (down) seconds per GPU [G] (roofline per local expert).
 
     tokens_de [G, E]: tokens of expert e on GPU d; tau in tokens, tau_s in seconds; tile:
@@ -83,7 +83,10 @@ def gemm_times_s(cfg: DyConfig, tokens_de, tau, tau_s=0.0, tile=None):
     expert's rows to whole tiles, and a tile of fewer than WGMMA_M rows computes WGMMA_M (a
     tiled grouped GEMM computes whole tiles); relaxed mode scales the rows by the same
     per-tile factor without the ceiling. An expert with any tokens reads its weights once
-    (`ep.expert_time_s`).
+    (`ep.expert_time_s`). share: fraction of the SMs the GEMMs run on; it divides the
+    compute term only: an expert whose weight read bounds it streams at the HBM rate, which
+    the SMs left beside comm kernels still reach (112 of 132 SMs issue far more loads than
+    HBM serves), so a memory-bound GEMM is not slowed by the comm SMs.
     """
     m, dev = cfg.model, cfg.platform.device
     tile = cfg.tile_tokens if tile is None else tile
@@ -95,30 +98,42 @@ def gemm_times_s(cfg: DyConfig, tokens_de, tau, tau_s=0.0, tile=None):
     hf = m.hidden_size * m.expert_ffn_size
 
     def gemm(mats):
-        comp = rows * 2.0 * mats * hf / peak
+        comp = rows * 2.0 * mats * hf / (peak * share)
         mem = used * mats * hf * m.weight_bytes / dev.memory_Bps
         return relax.maximum(comp, mem, tau_s).sum(-1)
 
     return gemm(m.ffn_matrices - 1), gemm(1)
 
 
-def tile_terms(cfg: DyConfig, eta: float, tile=None, share=None, rate=1.0) -> schedule.TileTerms:
-    """One tile of `tile` tokens in each phase (004 §IV-B token-paced pipeline), comm at
-    `rate` of the link, GEMMs on `share` of the SMs (defaults: the config's)."""
+def tile_terms(cfg: DyConfig, eta: float, tile=None, share=None, rate=1.0,
+               occupancy=None) -> schedule.TileTerms:
+    """One tile in each phase (004 §IV-B token-paced pipeline), comm at `rate` of the link,
+    GEMMs on `share` of the SMs (defaults: the config's). The tile holds `occupancy` tokens
+    (None: a full tile of `tile`): dispatch and combine move those tokens; the GEMMs compute
+    the whole tile (as `gemm_times_s` pads every expert to whole tiles, at least WGMMA_M rows)."""
     m, dev = cfg.model, cfg.platform.device
     tok = cfg.tile_tokens if tile is None else tile
     share = cfg.gemm_share if share is None else share
-    comm = tok * cfg.token_bytes / (eta * cfg.platform.topology.link_Bps * rate)
+    occ = tok if occupancy is None else occupancy
+    comm = occ * cfg.token_bytes / (eta * cfg.platform.topology.link_Bps * rate)
     peak = sustained_flops(dev, cfg.gemm_dtype, "grouped") * share
     hf = m.hidden_size * m.expert_ffn_size
     rows = jnp.maximum(tok, WGMMA_M)
     return schedule.TileTerms(
-        dispatch_s=jnp.float32(comm),
+        dispatch_s=jnp.asarray(comm, jnp.float32),
         gemm1_s=jnp.float32(rows * 2.0 * (m.ffn_matrices - 1) * hf / peak),
         gemm2_s=jnp.float32(rows * 2.0 * hf / peak),
-        combine_s=jnp.float32(comm),
+        combine_s=jnp.asarray(comm, jnp.float32),
         rtt_s=jnp.float32(2 * cfg.latency_s),
     )
+
+
+def dualpipe_share(cfg: DyConfig) -> float:
+    """Fraction of the SMs left to compute in DualPipe's end-to-end block, whose comm
+    kernels run beside another micro-batch's compute on `comm_sms` SMs whatever the layer's
+    own schedule (DeepSeek-V3 §3.2.2)."""
+    sms = max(cfg.platform.device.sm_count, 1)
+    return 1.0 - min(cfg.comm_sms, sms - 1) / sms
 
 
 def notify_time_s(cfg: DyConfig) -> float:
@@ -190,6 +205,11 @@ def _layer(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale, t
     x1, x2 = gemm_times_s(cfg, tokens_de, tau, tau_s, tile_rows)
     # a DeepEP kernel runs on the SMs it assigns itself: its phases do not scale with comm_sms
     phases = kernel_phases_s(cfg, matrix, scale)
+    n_tok = n_real * scale
+    # tokens in an expert's first / last tile: a full tile, or all of an expert's tokens when
+    # it has fewer (decode: 16 tokens per GPU give 16 per expert at L-8)
+    occupancy = relax.minimum(tile_rows, n_tok * cfg.model.top_k / cfg.model.num_experts,
+                              tau)
 
     def pass_at(gemm_factor, sms):
         """One pass (forward or backward) with `sms` comm SMs (None: the config's)."""
@@ -198,10 +218,11 @@ def _layer(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale, t
                                            else comm_rate_of(cfg, cfg.comm_sms))
         else:
             share, rate = gemm_share_of(cfg, sms), comm_rate_of(cfg, sms)
-        tile = tile_terms(cfg, eta, tile_rows, share, rate)
+        tile = tile_terms(cfg, eta, tile_rows, share, rate, occupancy)
+        x1s, x2s = gemm_times_s(cfg, tokens_de, tau, tau_s, tile_rows, share)
         return schedule.layer_time_s(cfg.schedule, wire, gemm_factor * x1, gemm_factor * x2,
-                                     link * rate, cfg.latency_s, share, chunks, tile, tau_s,
-                                     phases)
+                                     link * rate, cfg.latency_s, chunks, tile, tau_s,
+                                     phases, gemm_factor * x1s, gemm_factor * x2s)
 
     def one_pass(gemm_factor):
         if params.comm_sms is not None:
@@ -222,18 +243,25 @@ def _layer(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale, t
     if t_notify:
         fwd = {**fwd, "latency_s": fwd["latency_s"] + t_notify,
                "comm_s": fwd["comm_s"] + t_notify}
-    n_tok = n_real * scale
-    att, _ = ep.attention_time_s(_attention_cfg(cfg.platform, cfg.model), n_tok, tau_s)
+    att, att_comp = ep.attention_time_s(_attention_cfg(cfg.platform, cfg.model), n_tok, tau_s)
+    # DualPipe (DeepSeek-V3 §3.2.1): the comm of one micro-batch hides under the compute
+    # (attention + experts) of another; an end-to-end block costs the larger of the two. Its
+    # comm kernels run beside that compute on `comm_sms` SMs (§3.2.2: 20 of 132), so the
+    # compute parts run on the rest (memory-bound parts at the HBM rate, `gemm_times_s`).
+    share_dp = dualpipe_share(cfg)
+    x1d, x2d = gemm_times_s(cfg, tokens_de, tau, tau_s, tile_rows, share_dp)
+    x_dp = relax.max(x1d + x2d, tau_s)
+    att_dp = relax.maximum(att_comp / share_dp, att, tau_s)
     if cfg.phase == "training":
         bwd = one_pass(BACKWARD_GEMM_FACTOR)
         out = {k: fwd[k] + bwd[k] for k in fwd}
         att = att * (1.0 + BACKWARD_GEMM_FACTOR)
+        att_dp = att_dp * (1.0 + BACKWARD_GEMM_FACTOR)
+        x_dp = x_dp * (1.0 + BACKWARD_GEMM_FACTOR)
         passes = 2.0
     else:
         out, passes = fwd, 1.0
-    # DualPipe (DeepSeek-V3 §3.2.1): the comm of one micro-batch hides under the compute
-    # (attention + experts) of another; an end-to-end block costs the larger of the two.
-    block_dualpipe = relax.maximum(out["comm_s"], out["gemm_s"] + att, tau_s)
+    block_dualpipe = relax.maximum(out["comm_s"], x_dp + att_dp, tau_s)
     pay = all_loads.sum((1, 2))  # [5] payload bytes per primitive
     rank, dyn, nvls = (all_loads[traffic.LOAD_KINDS.index(k)] for k in
                        ("unicast_rank", "dymultimem", "nvls"))

@@ -6,9 +6,10 @@ placement    expert -> GPU share matrix [E, G], at most E / G experts per GPU (a
              plan while relaxed). Co-locating co-activated experts lowers R_n, the distinct
              remote GPUs of a token, which every primitive's bytes depend on (spec §2);
              the hit probability 1 - prod_j (1 - P[e_nj, d]) is smooth in P (`traffic`).
-comm_sms     SMs of the comm kernels (fine and fused schedules: COMET, CCFuser,
-             DySHARP-COMET, DySHARP, fusion-only): below COMM_SMS the ports drain slower
-             (`config.comm_rate_of`), above it the GEMMs get fewer SMs (`gemm_share_of`).
+comm_sms     SMs of the comm kernels (coarse, fine and fused schedules: FasterMoE, Tutel,
+             COMET, CCFuser, DySHARP-COMET, DySHARP, fusion-only): below COMM_SMS the ports
+             drain slower (`config.comm_rate_of`), above it the GEMMs get fewer SMs
+             (`gemm_share_of`; compute-bound GEMMs only).
 tile_tokens  GEMM / pipeline tile height: padding to whole tiles and pipeline fill grow with
              it, tiles below WGMMA_M rows waste tensor-core rows (004 §VII-C, Fig. 30).
 chunks       pipeline degree of the coarse schedule (FasterMoE, Tutel): the baselines' knob,
@@ -51,7 +52,7 @@ def setup(platform, model, policy, num_iterations, names, capacity=0, num_layers
     if "comm_sms" in names and not cfg.overlapped:
         raise ConfigError(f"param comm_sms: policy {policy.name!r} has schedule = "
                           f"{cfg.schedule!r}, whose comm kernels do not share SMs with GEMMs; "
-                          "allowed: a fine or fused policy (comet, ccfuser, dysharp, ...)")
+                          "allowed: a coarse, fine or fused policy (tutel, comet, dysharp, ...)")
     if "chunks" in names and cfg.schedule != "coarse":
         raise ConfigError(f"param chunks: policy {policy.name!r} has schedule = "
                           f"{cfg.schedule!r}; allowed: a coarse policy (fastermoe, tutel)")
