@@ -60,6 +60,10 @@ READINGS = {
     "shipped": ("link_load", False, None, None, "link"),  # the earlier moejax reading
 }
 
+# Two more readings of Eq. 1's serialization, computed beside the primary rows of Fig. 13(b),
+# 13(d) and 14(b) from the same traffic (`eq1_variant_all_to_all_s`)
+EQ1_VARIANTS = ("unserialized", "latency_once")
+
 MODELS = ("deepseek-v3", "qwen3-235b-a22b", "deepseek-v2", "dbrx", "mixtral-8x22b")
 TOKENS_PER_GROUP = 256  # 001 §VI-B1: "subsequent communication experiments fix token counts at 256"
 
@@ -186,7 +190,15 @@ def fig13b_rows(grid: Grid, reading: str = PRIMARY) -> dict:
             rows["system"].append(f"{plat}/{mapping}")
             for k in ("all_to_all_s", "all_reduce_s", "comm_s", "avg_hops"):
                 rows[k].append(r[k])
+            if reading == PRIMARY:
+                _variant_cols(rows, eq1_variant_all_to_all_s(plat, m, mapping, 4))
     return rows
+
+
+def _variant_cols(rows: dict, var: dict) -> None:
+    """Append the `EQ1_VARIANTS` all-to-all seconds as `{variant}_all_to_all_s` columns."""
+    for v in EQ1_VARIANTS:
+        rows.setdefault(f"{v}_all_to_all_s", []).append(var[v])
 
 
 def fig13b(grid: Grid) -> Rows:
@@ -214,7 +226,8 @@ def fig13c(grid: Grid) -> Rows:
 
 
 def eq1_variant_all_to_all_s(platform: str, model: str, mapping: str, tp: int,
-                             tokens_per_group: int = TOKENS_PER_GROUP) -> dict:
+                             tokens_per_group: int = TOKENS_PER_GROUP,
+                             retain: bool = True) -> dict:
     """Dispatch + combine seconds of one balanced layer under two more readings of 001 Eq. 1
     (primary: every transfer's (V / bw + link_latency) x hops one after the other on its port):
 
@@ -222,8 +235,13 @@ def eq1_variant_all_to_all_s(platform: str, model: str, mapping: str, tp: int,
       (nothing shared: the congestion-unaware reading);
     - "latency_once": a port serializes the transfers' V / bw x hops, and their link latency
       is paid once per port (the longest route's, as when transfers pipeline behind each other).
+
+    Mesh platforms only; on a switch fabric (DGX, NVL72) the reading is the primary one.
     """
-    cfg, _ = _layer_fn(platform, model, mapping, tp, True)
+    cfg, _ = _layer_fn(platform, model, mapping, tp, retain)
+    if cfg.topo.kind not in ("mesh2d", "multi_wafer_mesh"):
+        a2a = comm_point(platform, model, mapping, tp, tokens_per_group, retain)["all_to_all_s"]
+        return dict.fromkeys(EQ1_VARIANTS, a2a)
     params = replicated_params(cfg)
     host = jnp.clip(params.placement + params.shadow, 0.0, 1.0)
     m = cfg.model
@@ -251,7 +269,6 @@ def eq1_variant_all_to_all_s(platform: str, model: str, mapping: str, tp: int,
 # direction): one port per die, cut-through link loads (contention on every link of a route),
 # and a 20 ns hop latency (001 names none; at TP = 16 the serialized latencies dominate)
 HER_READINGS = ("eq1_device_ports", "cut_through", "eq1_hop20ns")
-EQ1_VARIANTS = ("unserialized", "latency_once")  # `eq1_variant_all_to_all_s`
 
 
 def fig13d_rows(grid: Grid, reading: str = PRIMARY) -> dict:
@@ -259,8 +276,6 @@ def fig13d_rows(grid: Grid, reading: str = PRIMARY) -> dict:
     all-to-all of `EQ1_VARIANTS` (columns `{variant}_all_to_all_s`; the all-reduce is the
     same under them: a ring step sends at most one transfer per device and direction)."""
     rows = {"tp": [], "mapping": [], "all_to_all_s": [], "all_reduce_s": [], "comm_s": []}
-    if reading == PRIMARY:
-        rows.update({f"{v}_all_to_all_s": [] for v in EQ1_VARIANTS})
     for tp in grid.fig13d_tps:
         for mapping in ("baseline", "er", "her"):
             r = comm_point("wsc-4x8x8", "qwen3-235b-a22b", mapping, tp, reading=reading)
@@ -269,9 +284,8 @@ def fig13d_rows(grid: Grid, reading: str = PRIMARY) -> dict:
             for k in ("all_to_all_s", "all_reduce_s", "comm_s"):
                 rows[k].append(r[k])
             if reading == PRIMARY:
-                var = eq1_variant_all_to_all_s("wsc-4x8x8", "qwen3-235b-a22b", mapping, tp)
-                for v in EQ1_VARIANTS:
-                    rows[f"{v}_all_to_all_s"].append(var[v])
+                _variant_cols(rows, eq1_variant_all_to_all_s("wsc-4x8x8", "qwen3-235b-a22b",
+                                                             mapping, tp))
     return rows
 
 
@@ -295,6 +309,9 @@ def fig14b_rows(grid: Grid, reading: str = PRIMARY) -> dict:
                 rows["allgather"].append(int(retain))
                 for k in ("all_to_all_s", "all_reduce_s", "comm_s"):
                     rows[k].append(r[k])
+                if reading == PRIMARY:
+                    _variant_cols(rows, eq1_variant_all_to_all_s("wsc-6x6", m, mapping, 4,
+                                                                 retain=retain))
     return rows
 
 

@@ -61,6 +61,18 @@ def steady(per_iteration, key: str) -> float:
     return float(x[len(x) // 2:].mean())
 
 
+def eq1_variant_rows(rows: dict) -> dict:
+    """{"eq1_VARIANT": rows with that variant's all-to-all} for every `VARIANT_all_to_all_s`
+    column of primary rows (comm_s = that all-to-all + all_reduce_s)."""
+    out = {}
+    for col in rows:
+        if col.endswith("_all_to_all_s") and col != "all_to_all_s":
+            comm = [a + r for a, r in zip(rows[col], rows["all_reduce_s"], strict=True)]
+            out["eq1_" + col.removesuffix("_all_to_all_s")] = dict(rows, all_to_all_s=rows[col],
+                                                                   comm_s=comm)
+    return out
+
+
 def _readings_note(by: dict, ok) -> str:
     """'holds under: ...; fails under: ...' over the network readings."""
     hold = [r for r, v in by.items() if ok(v)]
@@ -98,7 +110,8 @@ def comm_claims(f13b: Rows) -> list[Claim]:
     b = f13b.cols
     a2a = {(m, s): c for m, s, c in zip(b["model"], b["system"], b["all_to_all_s"], strict=True)}
     mean_red, best, models, wsc_red, er_red = fig13b_summary(b)
-    alt = {r: fig13b_summary(rows) for r, rows in f13b.extra["by_reading"].items()}
+    alt = {r: fig13b_summary(rows) for r, rows in
+           {**eq1_variant_rows(b), **f13b.extra["by_reading"]}.items()}
     wsc_by = {PRIMARY: mean_red, **{r: v[0] for r, v in alt.items()}}
     er_by = {PRIMARY: best, **{r: v[1] for r, v in alt.items()}}
     er_a2a = [_reduction(a2a[(m, "wsc-6x6/baseline")], a2a[(m, "wsc-6x6/er")]) for m in models]
@@ -117,12 +130,9 @@ def comm_claims(f13b: Rows) -> list[Claim]:
         changed_after_failure=CHANGED["er_alltoall"])]
 
 
-def her_reductions(d: dict, a2a_key: str = "") -> tuple[list, list, list]:
-    """(TP degrees, HER and ER comm reductions vs the baseline per TP) from Fig. 13(d) rows;
-    `a2a_key`: take the all-to-all from that column instead (comm = it + all_reduce_s)."""
-    comm = (d["comm_s"] if not a2a_key else
-            [a + r for a, r in zip(d[a2a_key], d["all_reduce_s"], strict=True)])
-    dd = {(t, m): x for t, m, x in zip(d["tp"], d["mapping"], comm, strict=True)}
+def her_reductions(d: dict) -> tuple[list, list, list]:
+    """(TP degrees, HER and ER comm reductions vs the baseline per TP) from Fig. 13(d) rows."""
+    dd = {(t, m): x for t, m, x in zip(d["tp"], d["mapping"], d["comm_s"], strict=True)}
     tps = sorted(set(d["tp"]))
     her = [_reduction(dd[(t, "baseline")], dd[(t, "her")]) for t in tps]
     erm = [_reduction(dd[(t, "baseline")], dd[(t, "er")]) for t in tps]
@@ -140,12 +150,8 @@ def her_claim(f13d: Rows) -> Claim:
     serialization and with the link latency paid once per port (`*_all_to_all_s` columns)."""
     d = f13d.cols
     tps, her, erm = her_reductions(d)
-    by = {PRIMARY: her}
-    for col in d:  # Eq. 1 variants computed beside the primary rows
-        if col.endswith("_all_to_all_s") and col != "all_to_all_s":
-            by["eq1_" + col.removesuffix("_all_to_all_s")] = her_reductions(d, col)[1]
-    by.update({r: her_reductions(rows)[1]
-               for r, rows in f13d.extra.get("by_reading", {}).items()})
+    by = {PRIMARY: her, **{r: her_reductions(rows)[1] for r, rows in
+                           {**eq1_variant_rows(d), **f13d.extra.get("by_reading", {})}.items()}}
     return Claim(
         "moentwine.her_multiwafer", "4 x 8x8 wafers: HER-Mapping up to 62% less communication "
         "than the baseline, consistently across TP (§VI-B4, Fig. 13(d))",
@@ -171,7 +177,8 @@ def allgather_claim(f14b: Rows) -> Claim:
     `extra["by_reading"]`)."""
     gain = _allgather_gain(f14b.cols)
     ag_by = {PRIMARY: gain["baseline"], **{
-        r: _allgather_gain(rows)["baseline"] for r, rows in f14b.extra["by_reading"].items()}}
+        r: _allgather_gain(rows)["baseline"] for r, rows in
+        {**eq1_variant_rows(f14b.cols), **f14b.extra["by_reading"]}.items()}}
     ag = gain["baseline"]
     return Claim(
         "moentwine.retain_allgather", "retaining the all-gather: all-reduce doubles but the "
