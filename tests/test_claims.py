@@ -123,6 +123,12 @@ def test_moentwine_retain_allgather_by_reading():
     assert c.simulated["by_reading"]["eq1_4TBps_link"] == pytest.approx(0.2)
     assert "holds under: eq1_4TBps_link;" in c.note and c.changed_after_failure
     assert mt.allgather_claim(Rows(_fig14b(0.17), extra={"by_reading": {}})).holds
+    # an Eq. 1 variant's all-to-all column beside the primary rows is judged as a reading
+    rows = _fig14b(0.47)
+    rows.update(all_reduce_s=[0.0] * 8, latency_once_all_to_all_s=[1.0, 0.8] * 4)
+    c = mt.allgather_claim(Rows(rows, extra={"by_reading": {}}))
+    assert c.simulated["by_reading"]["eq1_latency_once"] == pytest.approx(0.2)
+    assert not c.holds and "holds under: eq1_latency_once;" in c.note
 
 
 def _fig14a(dgx: float, wsc: float, er: float) -> dict:

@@ -454,14 +454,16 @@ def profiled_shadow(cfg, counts: np.ndarray, iterations: int = PROFILE_ITERS):
 
 def run_balancing(platform: str, model_name: str, mapping: str, tp: int, counts: np.ndarray,
                   strategy: str, *, context_len: int = 0, slots: int = 1, alpha: float = 0.5,
-                  migration_free: bool = False, profiled: bool = False) -> dict:
+                  migration_free: bool = False, profiled: bool = False,
+                  reading: str = PRIMARY) -> dict:
     """Simulate one counts trace [I, L, E] with a balancing strategy; metrics as NumPy.
 
     profiled: start from `profiled_shadow` (the balancer's plan from the first
-    PROFILE_ITERS iterations) instead of no replicas; the balancer re-plans from there."""
+    PROFILE_ITERS iterations) instead of no replicas; the balancer re-plans from there.
+    reading: the network reading (`READINGS`)."""
     kind, invasive, beta = STRATEGIES[strategy]
     model = model_of(model_name)
-    cfg = wafer_config(platform, model, PRIMARY, mapping=mapping, tp_size=tp,
+    cfg = wafer_config(platform, model, reading, mapping=mapping, tp_size=tp,
                        balancer=kind, invasive=invasive, shadow_slots=slots,
                        context_len=context_len, migration_free=migration_free)
     tr = jax.tree_util.tree_map(lambda x: x[None], from_counts(counts, model.top_k))
