@@ -22,7 +22,6 @@ import numpy as np
 from moejax.catalog.hardware import load_platform
 from moejax.catalog.models import load_model, with_overrides
 from moejax.errors import ConfigError
-from moejax.physics import eq1
 from moejax.reproduce import moentwine_claims as claims
 from moejax.reproduce import moentwine_figures as figs
 from moejax.reproduce.moentwine_claims import (
@@ -32,13 +31,18 @@ from moejax.reproduce.moentwine_claims import (
     _reduction,
     steady,
 )
+from moejax.reproduce.moentwine_readings import (
+    COMM_READINGS,
+    EQ1_VARIANTS,
+    HER_READINGS,
+    eq1_variants_s,
+)
 from moejax.reproduce.study import Check, Figure, Grid, Rows, Study
 from moejax.runner import engine
 from moejax.systems.wafer import balancer as bal
 from moejax.systems.wafer import config as wconfig
 from moejax.systems.wafer import layer as wlayer
 from moejax.systems.wafer import system as ws
-from moejax.systems.wafer import traffic as wtraffic
 from moejax.trace import from_counts, gen
 
 # Network readings (docs/reproduction/moentwine.md, "Network model"): name -> (network,
@@ -59,10 +63,6 @@ READINGS = {
     "eq1_device_ports": ("eq1", True, PER_DIE_LINK_BPS, None, "device"),
     "shipped": ("link_load", False, None, None, "link"),  # the earlier moejax reading
 }
-
-# Two more readings of Eq. 1's serialization, computed beside the primary rows of Fig. 13(b),
-# 13(d) and 14(b) from the same traffic (`eq1_variant_all_to_all_s`)
-EQ1_VARIANTS = ("unserialized", "latency_once")
 
 MODELS = ("deepseek-v3", "qwen3-235b-a22b", "deepseek-v2", "dbrx", "mixtral-8x22b")
 TOKENS_PER_GROUP = 256  # 001 §VI-B1: "subsequent communication experiments fix token counts at 256"
@@ -228,47 +228,19 @@ def fig13c(grid: Grid) -> Rows:
 def eq1_variant_all_to_all_s(platform: str, model: str, mapping: str, tp: int,
                              tokens_per_group: int = TOKENS_PER_GROUP,
                              retain: bool = True) -> dict:
-    """Dispatch + combine seconds of one balanced layer under two more readings of 001 Eq. 1
-    (primary: every transfer's (V / bw + link_latency) x hops one after the other on its port):
-
-    - "unserialized": each transfer on its own, a phase lasts as long as its longest transfer
-      (nothing shared: the congestion-unaware reading);
-    - "latency_once": a port serializes the transfers' V / bw x hops, and their link latency
-      is paid once per port (the longest route's, as when transfers pipeline behind each other).
-
-    Mesh platforms only; on a switch fabric (DGX, NVL72) the reading is the primary one.
-    """
+    """{variant: dispatch + combine seconds} of one balanced layer under `EQ1_VARIANTS`
+    (`moentwine_readings.eq1_variants_s`); on a switch fabric the primary reading's."""
     cfg, _ = _layer_fn(platform, model, mapping, tp, retain)
     if cfg.topo.kind not in ("mesh2d", "multi_wafer_mesh"):
         a2a = comm_point(platform, model, mapping, tp, tokens_per_group, retain)["all_to_all_s"]
         return dict.fromkeys(EQ1_VARIANTS, a2a)
     params = replicated_params(cfg)
-    host = jnp.clip(params.placement + params.shadow, 0.0, 1.0)
     m = cfg.model
     counts = jnp.full((m.num_experts,), cfg.mapping.num_groups * tokens_per_group * m.top_k
                       / m.num_experts, jnp.float32)
-    pairs = wtraffic.holder_tokens(cfg, jnp.zeros((0, m.top_k), jnp.int32),
-                                   jnp.zeros((0,), bool), counts)
-    disp = np.asarray(wtraffic.dispatch_traffic(cfg, wtraffic.served_share(host), pairs),
-                      np.float64)
-    tab = eq1.tables(cfg.topo, "link")
-    off = 1.0 - np.eye(disp.shape[0])
-    res = {"unserialized": 0.0, "latency_once": 0.0}
-    for t in (disp * off, disp.T * off):
-        bw_c, lat_c = t * tab.inv_bw, (t > 0) * tab.latency
-        res["unserialized"] += float((bw_c + lat_c).max())
-        bw_p = np.concatenate([np.einsum("sd,sdp->sp", bw_c, tab.out_port).ravel(),
-                               np.einsum("sd,sdp->dp", bw_c, tab.in_port).ravel()])
-        lat_p = np.concatenate([(lat_c[:, :, None] * tab.out_port).max(1).ravel(),
-                                (lat_c[:, :, None] * tab.in_port).max(0).ravel()])
-        res["latency_once"] += float((bw_p + lat_p).max())
-    return res
+    return eq1_variants_s(cfg, jnp.clip(params.placement + params.shadow, 0.0, 1.0), counts)
 
 
-# 001 Eq. 1 serialization readings of Fig. 13(d) beside the primary one (one port per mesh
-# direction): one port per die, cut-through link loads (contention on every link of a route),
-# and a 20 ns hop latency (001 names none; at TP = 16 the serialized latencies dominate)
-HER_READINGS = ("eq1_device_ports", "cut_through", "eq1_hop20ns")
 
 
 def fig13d_rows(grid: Grid, reading: str = PRIMARY) -> dict:
@@ -313,11 +285,6 @@ def fig14b_rows(grid: Grid, reading: str = PRIMARY) -> dict:
                     _variant_cols(rows, eq1_variant_all_to_all_s("wsc-6x6", m, mapping, 4,
                                                                  retain=retain))
     return rows
-
-
-# Readings of the all-gather and ESP claims beside the primary one (001 gives no port rule,
-# reads 8 TB/s per die, names no hop latency)
-COMM_READINGS = ("cut_through", "eq1_4TBps_link", "eq1_device_ports")
 
 
 def fig14b(grid: Grid) -> Rows:
