@@ -31,6 +31,12 @@ from moejax.reproduce.moentwine_claims import (
     _reduction,
     steady,
 )
+from moejax.reproduce.moentwine_readings import (
+    COMM_READINGS,
+    EQ1_VARIANTS,
+    HER_READINGS,
+    eq1_variants_s,
+)
 from moejax.reproduce.study import Check, Figure, Grid, Rows, Study
 from moejax.runner import engine
 from moejax.systems.wafer import balancer as bal
@@ -41,17 +47,21 @@ from moejax.trace import from_counts, gen
 
 # Network readings (docs/reproduction/moentwine.md, "Network model"): name -> (network,
 # bidirectional rings, WSC link bandwidth per direction or None = catalog TOML, hop latency or
-# None = catalog). Primary: 001 Eq. 1 (§III-B) with the entwined rings sent both ways (§IV-B2)
+# None = catalog, Eq. 1 port: what serializes transfers, `moejax.physics.eq1.PORTS`).
+# Primary: 001 Eq. 1 (§III-B) with the entwined rings sent both ways (§IV-B2)
 # and the §VI-A "bidirectional communication bandwidth of a single die ... 8TB/s" read per die:
 # 4 TB/s egress over 4 mesh links = 1 TB/s per link per direction (001 §I: 4.4x NVLink's
 # 1.8 TB/s per GPU = 8 TB/s per die). The others are robustness checks / sensitivities.
 PER_DIE_LINK_BPS = 8e12 / 2 / 4  # 001 §VI-A 8 TB/s bidirectional per die, 4 links
 READINGS = {
-    "eq1": ("eq1", True, PER_DIE_LINK_BPS, None),
-    "cut_through": ("link_load", True, PER_DIE_LINK_BPS, None),
-    "eq1_4TBps_link": ("eq1", True, None, None),  # catalog: 8 TB/s bidirectional per link
-    "eq1_hop20ns": ("eq1", True, PER_DIE_LINK_BPS, 20e-9),  # hop latency: no value in 001
-    "shipped": ("link_load", False, None, None),  # the earlier moejax reading (the doc's "before")
+    "eq1": ("eq1", True, PER_DIE_LINK_BPS, None, "link"),
+    "cut_through": ("link_load", True, PER_DIE_LINK_BPS, None, "link"),
+    "eq1_4TBps_link": ("eq1", True, None, None, "link"),  # catalog: 8 TB/s bidirectional per link
+    "eq1_hop20ns": ("eq1", True, PER_DIE_LINK_BPS, 20e-9, "link"),  # hop latency: none in 001
+    # 001 gives Eq. 1 per transfer and no serialization rule: one port per die instead of one
+    # per mesh direction (every transfer of a die one after the other)
+    "eq1_device_ports": ("eq1", True, PER_DIE_LINK_BPS, None, "device"),
+    "shipped": ("link_load", False, None, None, "link"),  # the earlier moejax reading
 }
 
 MODELS = ("deepseek-v3", "qwen3-235b-a22b", "deepseek-v2", "dbrx", "mixtral-8x22b")
@@ -66,7 +76,7 @@ def model_of(name: str):
 def platform_of(name: str, reading: str = PRIMARY):
     """The catalog platform with a reading's WSC link bandwidth / hop latency (mesh only)."""
     pf = load_platform(name)
-    _, _, bw, lat = READINGS[reading]
+    _, _, bw, lat, _ = READINGS[reading]
     if pf.topology.kind not in ("mesh2d", "multi_wafer_mesh"):
         return pf
     over = {}
@@ -79,9 +89,9 @@ def platform_of(name: str, reading: str = PRIMARY):
 
 def wafer_config(platform: str, model, reading: str = PRIMARY, **kw):
     """wconfig.make_config under a network reading."""
-    net, bidi, _, _ = READINGS[reading]
+    net, bidi, _, _, ports = READINGS[reading]
     return wconfig.make_config(platform_of(platform, reading), model, network=net,
-                               bidirectional_rings=bidi, **kw)
+                               bidirectional_rings=bidi, eq1_ports=ports, **kw)
 
 
 def replicated_params(cfg, **kw):
@@ -180,7 +190,15 @@ def fig13b_rows(grid: Grid, reading: str = PRIMARY) -> dict:
             rows["system"].append(f"{plat}/{mapping}")
             for k in ("all_to_all_s", "all_reduce_s", "comm_s", "avg_hops"):
                 rows[k].append(r[k])
+            if reading == PRIMARY:
+                _variant_cols(rows, eq1_variant_all_to_all_s(plat, m, mapping, 4))
     return rows
+
+
+def _variant_cols(rows: dict, var: dict) -> None:
+    """Append the `EQ1_VARIANTS` all-to-all seconds as `{variant}_all_to_all_s` columns."""
+    for v in EQ1_VARIANTS:
+        rows.setdefault(f"{v}_all_to_all_s", []).append(var[v])
 
 
 def fig13b(grid: Grid) -> Rows:
@@ -207,17 +225,47 @@ def fig13c(grid: Grid) -> Rows:
     return Rows(rows, summary={"fig13c_points": len(rows["tp"])})
 
 
-def fig13d(grid: Grid) -> Rows:
-    """Multi-wafer (4 x 8x8): baseline vs ER vs HER over TP degrees (qwen3)."""
+def eq1_variant_all_to_all_s(platform: str, model: str, mapping: str, tp: int,
+                             tokens_per_group: int = TOKENS_PER_GROUP,
+                             retain: bool = True) -> dict:
+    """{variant: dispatch + combine seconds} of one balanced layer under `EQ1_VARIANTS`
+    (`moentwine_readings.eq1_variants_s`); on a switch fabric the primary reading's."""
+    cfg, _ = _layer_fn(platform, model, mapping, tp, retain)
+    if cfg.topo.kind not in ("mesh2d", "multi_wafer_mesh"):
+        a2a = comm_point(platform, model, mapping, tp, tokens_per_group, retain)["all_to_all_s"]
+        return dict.fromkeys(EQ1_VARIANTS, a2a)
+    params = replicated_params(cfg)
+    m = cfg.model
+    counts = jnp.full((m.num_experts,), cfg.mapping.num_groups * tokens_per_group * m.top_k
+                      / m.num_experts, jnp.float32)
+    return eq1_variants_s(cfg, jnp.clip(params.placement + params.shadow, 0.0, 1.0), counts)
+
+
+
+
+def fig13d_rows(grid: Grid, reading: str = PRIMARY) -> dict:
+    """Multi-wafer (4 x 8x8) rows of one network reading; under the primary reading also the
+    all-to-all of `EQ1_VARIANTS` (columns `{variant}_all_to_all_s`; the all-reduce is the
+    same under them: a ring step sends at most one transfer per device and direction)."""
     rows = {"tp": [], "mapping": [], "all_to_all_s": [], "all_reduce_s": [], "comm_s": []}
     for tp in grid.fig13d_tps:
         for mapping in ("baseline", "er", "her"):
-            r = comm_point("wsc-4x8x8", "qwen3-235b-a22b", mapping, tp)
+            r = comm_point("wsc-4x8x8", "qwen3-235b-a22b", mapping, tp, reading=reading)
             rows["tp"].append(tp)
             rows["mapping"].append(mapping)
             for k in ("all_to_all_s", "all_reduce_s", "comm_s"):
                 rows[k].append(r[k])
-    return Rows(rows)
+            if reading == PRIMARY:
+                _variant_cols(rows, eq1_variant_all_to_all_s("wsc-4x8x8", "qwen3-235b-a22b",
+                                                             mapping, tp))
+    return rows
+
+
+def fig13d(grid: Grid) -> Rows:
+    """Multi-wafer (4 x 8x8): baseline vs ER vs HER over TP degrees (qwen3); the other port
+    serialization readings' rows in `extra["by_reading"]`."""
+    return Rows(fig13d_rows(grid), extra={"by_reading": {r: fig13d_rows(grid, r)
+                                                         for r in HER_READINGS}})
 
 
 def fig14b_rows(grid: Grid, reading: str = PRIMARY) -> dict:
@@ -233,11 +281,16 @@ def fig14b_rows(grid: Grid, reading: str = PRIMARY) -> dict:
                 rows["allgather"].append(int(retain))
                 for k in ("all_to_all_s", "all_reduce_s", "comm_s"):
                     rows[k].append(r[k])
+                if reading == PRIMARY:
+                    _variant_cols(rows, eq1_variant_all_to_all_s("wsc-6x6", m, mapping, 4,
+                                                                 retain=retain))
     return rows
 
 
 def fig14b(grid: Grid) -> Rows:
-    return Rows(fig14b_rows(grid), extra={"cut_through": fig14b_rows(grid, "cut_through")})
+    """Fig. 14(b) on the primary reading; the `COMM_READINGS` rows in `extra["by_reading"]`."""
+    return Rows(fig14b_rows(grid), extra={"by_reading": {r: fig14b_rows(grid, r)
+                                                         for r in COMM_READINGS}})
 
 
 ESP_MODELS = ("dbrx", "mixtral-8x22b")  # 001 §VI-B5: few but large experts
@@ -270,7 +323,9 @@ def fig14a_rows(grid: Grid, reading: str = PRIMARY) -> dict:
 
 
 def fig14a(grid: Grid) -> Rows:
-    return Rows(fig14a_rows(grid), extra={"cut_through": fig14a_rows(grid, "cut_through")})
+    """Fig. 14(a) on the primary reading; the `COMM_READINGS` rows in `extra["by_reading"]`."""
+    return Rows(fig14a_rows(grid), extra={"by_reading": {r: fig14a_rows(grid, r)
+                                                         for r in COMM_READINGS}})
 
 
 def fig11(grid: Grid) -> Rows:
@@ -366,14 +421,16 @@ def profiled_shadow(cfg, counts: np.ndarray, iterations: int = PROFILE_ITERS):
 
 def run_balancing(platform: str, model_name: str, mapping: str, tp: int, counts: np.ndarray,
                   strategy: str, *, context_len: int = 0, slots: int = 1, alpha: float = 0.5,
-                  migration_free: bool = False, profiled: bool = False) -> dict:
+                  migration_free: bool = False, profiled: bool = False,
+                  reading: str = PRIMARY) -> dict:
     """Simulate one counts trace [I, L, E] with a balancing strategy; metrics as NumPy.
 
     profiled: start from `profiled_shadow` (the balancer's plan from the first
-    PROFILE_ITERS iterations) instead of no replicas; the balancer re-plans from there."""
+    PROFILE_ITERS iterations) instead of no replicas; the balancer re-plans from there.
+    reading: the network reading (`READINGS`)."""
     kind, invasive, beta = STRATEGIES[strategy]
     model = model_of(model_name)
-    cfg = wafer_config(platform, model, PRIMARY, mapping=mapping, tp_size=tp,
+    cfg = wafer_config(platform, model, reading, mapping=mapping, tp_size=tp,
                        balancer=kind, invasive=invasive, shadow_slots=slots,
                        context_len=context_len, migration_free=migration_free)
     tr = jax.tree_util.tree_map(lambda x: x[None], from_counts(counts, model.top_k))
@@ -472,21 +529,33 @@ def fig17(grid: Grid) -> Rows:
         ("wsc+her+topology-ni", "wsc-4x8x8", "her", "topology-ni", False),
         ("wsc+her+topology-ni+profiled", "wsc-4x8x8", "her", "topology-ni", False),
     ]
-    rows = {"system": [], "moe_throughput": [], "all_to_all_s": [], "moe_compute_s": [],
-            "migration_s": [], "moe_phase_s": []}
+    rows = {"system": [], "workload": [], "moe_throughput": [], "all_to_all_s": [],
+            "moe_compute_s": [], "migration_s": [], "moe_phase_s": []}
     steady_tp = {}
-    for name, plat, mapping, strategy, free in steps:
+    stationary_tp = {}
+    runs = [(s, True) for s in steps] + [(s, False) for s in steps
+                                         if s[0] in STATIONARY_SYSTEMS]
+    for (name, plat, mapping, strategy, free), mixed in runs:
         groups = load_platform(plat).num_devices // 4
         counts = drift_counts(model, iterations=iters, layers=2,
-                              tokens=groups * TOKENS_PER_GROUP, seed=3, mixed=True)
+                              tokens=groups * TOKENS_PER_GROUP, seed=3, mixed=mixed)
         r = run_balancing(plat, "deepseek-v3", mapping, 4, counts, strategy,
                           migration_free=free, profiled=name.endswith("+profiled"))
         rows["system"].append(name)
+        rows["workload"].append("mixed" if mixed else "stationary")
         for k in ("moe_throughput", "all_to_all_s", "moe_compute_s", "migration_s",
                   "moe_phase_s"):
             rows[k].append(float(r[k]))
-        steady_tp[name] = steady(r["per_iteration"], "moe_throughput")
-    return Rows(rows, extra={"steady_throughput": steady_tp})
+        (steady_tp if mixed else stationary_tp)[name] = steady(r["per_iteration"],
+                                                               "moe_throughput")
+    return Rows(rows, extra={"steady_throughput": steady_tp,
+                             "stationary_throughput": stationary_tp})
+
+
+# Fig. 17 systems also run on a stationary workload (one scenario, Math-only: 001 §V-B "device
+# load ratios stabilize in fixed scenarios"), the workload under which the NI-balanced WSC
+# was measured ahead of NVL72 with the cut-through network
+STATIONARY_SYSTEMS = ("nvl72+balance", "wsc+her", "wsc+her+topology-ni")
 
 
 # --- the study -----------------------------------------------------------------------------

@@ -58,7 +58,9 @@ def fig16(path: Path, rows: Rows, grid: Grid) -> None:
 
 def fig17(path: Path, rows: Rows, grid: Grid) -> None:
     r = rows.cols
-    _plot_simple_bars(path, r["system"], [x / 1e6 for x in r["moe_throughput"]],
+    work = r.get("workload", ["mixed"] * len(r["system"]))
+    names = [n if w == "mixed" else f"{n} ({w})" for n, w in zip(r["system"], work, strict=True)]
+    _plot_simple_bars(path, names, [x / 1e6 for x in r["moe_throughput"]],
                       "MoE throughput per device\n(M token-expert pairs / s)", "001 Fig. 17")
 
 
