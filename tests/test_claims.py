@@ -362,3 +362,16 @@ def test_epsmoe_pn_optimum_u_shape_at_every_point():
     wobble[4] = 4.05  # PN=8 dips below PN=5 after the optimum
     assert not claim(wobble).holds
     assert not claim(pipe, n_star=9.4).holds  # optimum 4 is two divisors from 10
+
+
+def test_epsmoe_sm_split_band_at_every_m():
+    """Table 6: the 116-vs-132 gain lies in [5.7%, 23%] at every m, not only on average."""
+    import numpy as np
+
+    from moejax.reproduce import epsmoe_claims as ep
+
+    t = np.ones((3, len(ep.T6_SM)))
+    t[:, 2] = [0.9, 0.9, 0.9]
+    assert ep.sm_split_claim(Rows({}, extra={"t": t})).holds
+    t[:, 2] = [0.97, 0.85, 0.88]  # gains 3%, 15%, 12%: mean 10% in the band, 3% below it
+    assert not ep.sm_split_claim(Rows({}, extra={"t": t})).holds
