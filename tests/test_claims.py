@@ -443,3 +443,76 @@ def test_fsedp_claims_keep_their_history():
         "fsedp.speedup_vs_ep", "fsedp.speedup_vs_hydra", "fsedp.paired_load_low_tokens",
         "fsedp.onchip_memory_vs_ep", "fsedp.rule5_marginal", "fsedp.token_buffering",
         "fsedp.microslice_sweet_spot", "fsedp.scaling"}  # ids the study emits
+
+
+def test_epsmoe_sequence_trend_at_every_point():
+    """Table 2: the best gain falls at every step 1K -> 8K (not only between the endpoints),
+    and a pipelined PN beats PN=1 in every column (PN=1 alone cannot be its own best)."""
+    import numpy as np
+
+    from moejax.reproduce import epsmoe_claims as ep
+
+    gains = np.zeros((len(ep.DSV2_PN), 4))
+    gains[0] = [10.0, 9.0, 8.0, 7.0]
+    gains[2] = [20.0, 17.0, 15.0, 12.0]
+    assert ep.seq_trend_claim(Rows({}, extra={"gains": gains})).holds
+    bump = gains.copy()
+    bump[2] = [20.0, 21.0, 15.0, 12.0]  # endpoints fall, the 2K column rises
+    assert not ep.seq_trend_claim(Rows({}, extra={"gains": bump})).holds
+    flat = gains.copy()
+    flat[1:] = 0.0  # PN=1 is the best in every column: no pipelined gain
+    assert not ep.seq_trend_claim(Rows({}, extra={"gains": flat})).holds
+
+
+def test_epsmoe_pipeline_increment_at_both_table1_points():
+    """The increment band [3.2, 7.2] points holds at Mixtral B=128 S=2k and DBRX B=64 S=2k."""
+    import numpy as np
+
+    from moejax.reproduce import epsmoe_claims as ep
+
+    mcells = [(128, 2048), (64, 2048)]
+    dcells = [(64, 2048), (32, 2048)]
+    mix = {"cells": mcells, "base": np.ones(2), "TP+EP": np.full(2, 0.9),
+           "PN=1": np.full(2, 0.8), "PN=2": np.full(2, 0.75)}
+    good = {"cells": dcells, "base": np.ones(2), "TP+EP": np.full(2, 0.9),
+            "PN=1": np.full(2, 0.75), "PN=2": np.full(2, 0.70)}
+    weak = dict(good, **{"PN=2": np.full(2, 0.74)})  # DBRX +1 point only
+    inc = {c.id: c for c in ep.table3_claims(Rows({}, extra=mix), Rows({}, extra=good))}
+    assert inc["epsmoe.pipeline_increment"].holds
+    inc = {c.id: c for c in ep.table3_claims(Rows({}, extra=mix), Rows({}, extra=weak))}
+    assert not inc["epsmoe.pipeline_increment"].holds
+    assert inc["epsmoe.pipeline_increment"].changed_after_failure
+
+
+def test_epsmoe_pn_optimum_u_shape_at_every_point():
+    """Fig. 11: an interior argmin within one divisor of round(sqrt(C/k)), T(20) > T(5), and
+    the curve falls to the optimum and rises after it at every PN."""
+    import numpy as np
+
+    from moejax.reproduce import epsmoe_claims as ep
+
+    pipe = np.asarray([5.0, 4.5, 4.0, 4.1, 4.2, 4.3, 4.6, 5.0])  # PN 1 2 4 5 8 10 20 40
+
+    def claim(p, n_star=4.2):
+        res = {"pipe": p, "argmin": ep.FIG11_PN[int(np.argmin(p))], "n_star": n_star,
+               "best_div": 4}
+        return ep.pn_optimum_claim(Rows({}, extra={"res": {(1536, 3072): res}}))
+
+    assert claim(pipe).holds
+    wobble = pipe.copy()
+    wobble[4] = 4.05  # PN=8 dips below PN=5 after the optimum
+    assert not claim(wobble).holds
+    assert not claim(pipe, n_star=9.4).holds  # optimum 4 is two divisors from 10
+
+
+def test_epsmoe_sm_split_band_at_every_m():
+    """Table 6: the 116-vs-132 gain lies in [5.7%, 23%] at every m, not only on average."""
+    import numpy as np
+
+    from moejax.reproduce import epsmoe_claims as ep
+
+    t = np.ones((3, len(ep.T6_SM)))
+    t[:, 2] = [0.9, 0.9, 0.9]
+    assert ep.sm_split_claim(Rows({}, extra={"t": t})).holds
+    t[:, 2] = [0.97, 0.85, 0.88]  # gains 3%, 15%, 12%: mean 10% in the band, 3% below it
+    assert not ep.sm_split_claim(Rows({}, extra={"t": t})).holds

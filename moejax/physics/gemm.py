@@ -108,12 +108,20 @@ def schedule_waves(num_tiles, sms, k_dim: int, profile: GemmProfile):
         return waves(num_tiles, sms)
     if profile.tile_schedule == "split_k":
         s = profile.k_splits
-        return waves(jnp.asarray(num_tiles, jnp.float32) * s, sms) / s
+        return _ceil_div(jnp.asarray(num_tiles, jnp.float32) * s, sms) / s
     if profile.tile_schedule == "stream_k":
         it = max(math.ceil(k_dim / profile.tile_k), 1)
-        return waves(jnp.asarray(num_tiles, jnp.float32) * it, sms) / it
+        return _ceil_div(jnp.asarray(num_tiles, jnp.float32) * it, sms) / it
     raise ValueError(f"tile_schedule = {profile.tile_schedule!r}; allowed: "
                      f"{', '.join(TILE_SCHEDULES)}")
+
+
+def _ceil_div(items, sms):
+    """ceil(items / sms) for whole counts, exact whatever way the compiler divides (a
+    reciprocal multiply can put an exact quotient n a rounding above n, and ceil then jumps
+    a whole step; the k-loop items of split-K / stream-K are often exact multiples)."""
+    q = jnp.round(items / sms)
+    return q + (items - q * sms > 0)
 
 
 def fill_fraction(num_tiles, sms):

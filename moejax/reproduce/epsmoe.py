@@ -49,6 +49,16 @@ QUICK = Grid(True, traces=2, tokens=4096, layers=1, fig11_dims=(1536,), table5_d
 FULL = Grid(False, traces=8, tokens=16384, layers=2, fig11_dims=(1536, 14336),
             table5_dims=(1536, 15360))
 P_PAD = 48  # params per sweep call, padded: one compile per (platform, model, mode)
+# One rule for every pipelined row of Tables 2-4, whatever its kernel: the GEMM on 132 - 16
+# SMs, the comm kernel on 16 (003 §5.2 (3): "it is important to control the number of SM
+# used by computation kernels when we apply expert pipeline"; Table 6's best 116). Only
+# Table 5 and Fig. 11 leave the dense kernel's SMs uncontrolled, as their footnote says.
+PIPE_SM_GEMM = 116
+
+
+def pipelined(pn: int, **changes) -> dict:
+    """Variant changes of a pipelined row of Tables 2-4 (GEMM SMs by `PIPE_SM_GEMM`)."""
+    return dict(changes, pn=pn, sm_gemm=PIPE_SM_GEMM if pn > 1 else 0)
 
 
 class Runner:
@@ -191,14 +201,16 @@ FIG5_M = (256, 512, 1024, 1536, 2048, 3072, 4096, 4608, 5120, 6144, 8192)
 
 def fig5(grid: Grid) -> Rows:
     """16 experts [1536, 5120] (one GEMM: k = 5120, n = 1536 per the spec), m rows each."""
-    dev = paper_platform("h800x8").device
-    prof = gemm.GemmProfile()
+    # the kernels of the study's configs (their grouped-kernel reading and dense schedule)
+    cfg = make_config(paper_platform("h800x8"), load_model("deepseek-v2"), mode="dp-ep")
+    dev = cfg.platform.device
     m = np.asarray(FIG5_M, np.float32)
     rows = np.repeat(m[:, None], 16, axis=1)
     kw = dict(sm_total=dev.sm_count, peak_flops=dev.flops("bf16"), memory_Bps=dev.memory_Bps,
-              weight_bytes=2.0, act_bytes=2.0, profile=prof)
+              weight_bytes=2.0, act_bytes=2.0, profile=cfg.profile)
     tg = np.asarray(gemm.group_time_s(rows, 5120, 1536, sms=dev.sm_count, **kw))
-    td = np.asarray(gemm.dense_time_s(rows, 5120, 1536, sms=dev.sm_count, **kw))
+    td = np.asarray(gemm.dense_time_s(rows, 5120, 1536, sms=dev.sm_count,
+                                      **dict(kw, profile=cfg.dense_profile)))
     flops = 16 * 2.0 * m * 5120 * 1536
     sms = np.array([132, 124, 116, 108, 100, 92], np.float32)
     tg_sm = np.asarray([gemm.group_time_s(np.full(16, 6144.0), 5120, 1536, sms=s, **kw)
@@ -226,7 +238,7 @@ T3_VARIANTS = {  # name: (mode, changes)  003 Table 3 rows
     "base": ("tp-tp", dict(gemm="group")),
     "TP+EP": ("tp-ep", dict(gemm="group")),
     "PN=1": ("tp-ep", dict(gemm="dense")),
-    "PN=2": ("tp-ep", dict(gemm="dense", pn=2)),
+    "PN=2": ("tp-ep", pipelined(2, gemm="dense")),
 }
 
 
@@ -266,8 +278,8 @@ def table2_run(run: Runner) -> tuple[dict, dict]:
     var = [dict(gemm="group", seq_len=float(s), tokens_per_forward=DSV2_TOKENS)
            for s in DSV2_SEQ]
     for pn in DSV2_PN:
-        var += [dict(gemm="adaptive", pn=pn, sm_gemm=116 if pn > 1 else 0,
-                     seq_len=float(s), tokens_per_forward=DSV2_TOKENS) for s in DSV2_SEQ]
+        var += [pipelined(pn, gemm="adaptive", seq_len=float(s),
+                          tokens_per_forward=DSV2_TOKENS) for s in DSV2_SEQ]
     r = run.run("h800x8", m, "dp-ep", var)
     tput = _mean(r["tokens_per_s"]).reshape(1 + len(DSV2_PN), len(DSV2_SEQ))
     base = tput[0]
@@ -287,19 +299,24 @@ def table2(grid: Grid) -> Rows:
 # --- Table 4: Snowflake Arctic (3 layers) ---------------------------------------------------
 
 
-def table4(grid: Grid) -> Rows:
-    run = runner_for(grid)
+def table4_run(run: Runner) -> tuple[dict, dict]:
+    """Table 4: (CSV columns, {"cells", "reduction" [PN 4 / 8, cell] %})."""
     m = with_overrides(load_model("snowflake-arctic"), num_sparse_layers=3, num_layers=3)
     cells = [(b, s) for b in (16, 32) for s in (2048, 4096)]
     var = []
-    for ch in (dict(gemm="group"), dict(gemm="adaptive", pn=4, sm_gemm=116),
-               dict(gemm="adaptive", pn=8, sm_gemm=116)):
+    for ch in (dict(gemm="group"), pipelined(4, gemm="adaptive"),
+               pipelined(8, gemm="adaptive")):
         var += [dict(ch, tokens_per_forward=float(b * s), seq_len=float(s)) for b, s in cells]
     t = _mean(run.run("h800x8", m, "tp-ep", var)["ttft_s"]).reshape(3, len(cells))
     red = _gain(t[0], t[1:])
-    return Rows({"batch": [c[0] for c in cells], "seq": [c[1] for c in cells],
-                 "base_ms": t[0] * 1e3, "PN=4_reduction_pct": -red[0],
-                 "PN=8_reduction_pct": -red[1]}, extra={"cells": cells, "reduction": red})
+    return ({"batch": [c[0] for c in cells], "seq": [c[1] for c in cells],
+             "base_ms": t[0] * 1e3, "PN=4_reduction_pct": -red[0],
+             "PN=8_reduction_pct": -red[1]}, {"cells": cells, "reduction": red})
+
+
+def table4(grid: Grid) -> Rows:
+    rows, res = table4_run(runner_for(grid))
+    return Rows(rows, extra=res)
 
 
 # --- Tables 5-6, Fig. 11: one DeepSeek-V2-like layer on 4xH800 ------------------------------

@@ -15,6 +15,27 @@ T7_M = (256, 512, 1024, 1536, 1700, 1800, 1900, 2000, 2200, 3072, 4096, 6144, 81
 FIG11_PN = (1, 2, 4, 5, 8, 10, 20, 40)
 
 
+# Model changes made after the claim had failed (the claims that failed in an earlier
+# shipped run). Each is a correction with its own cited reason, never a constant fitted to
+# the claim; the verdict is still the spec's rule.
+_SEND_ONCE = ("send-once dispatch made the default after this claim failed (003 §5.2 (4) "
+              "prices a chunk's all2all as S(m/N); the re-send reading is kept as an option)")
+_GEMMS = ("the dense kernel got a stream-K tile schedule and the grouped kernel the wgmma "
+          "reading (003 Fig. 5 footnote 1: CUTLASS Pingpong) after this claim failed")
+_SMS = "every pipelined row of Tables 2-4 got its GEMM on 116 SMs (one rule) after this failed"
+CHANGED = {
+    "table1_deepseekv2": "MLA attention counted by its real shapes (149 M, not 503 M parameters "
+                         "per layer) after this claim failed at +9.3%; then " + _SEND_ONCE
+                         + "; " + _GEMMS,
+    "pipeline_increment": f"{_SEND_ONCE}; {_GEMMS}; {_SMS}",
+    "arctic_small": f"{_GEMMS}; {_SEND_ONCE}",
+    "ablation_overlap": f"{_SEND_ONCE}; {_GEMMS}",
+    "ablation_gemm_switch": f"{_GEMMS}; {_SEND_ONCE}",
+    "ablation_fp8": f"{_GEMMS}; {_SEND_ONCE}",
+    "pn_optimum": f"{_SEND_ONCE}; {_GEMMS}",
+}
+
+
 def _gain(base, new):
     """Latency reduction 1 - new / base (A9), in %."""
     return 100.0 * (1.0 - np.asarray(new) / np.asarray(base))
@@ -65,14 +86,19 @@ def table3_claims(t3_mix: Rows, t3_dbrx: Rows) -> list[Claim]:
     better = np.concatenate([mix["PN=2"] < mix["PN=1"], dbrx["PN=2"] < dbrx["PN=1"]])
     i128 = cells.index((128, 2048))
     inc = float(g_pn2[i128] - g_pn1[i128])
-    ok = bool(better.mean() >= 0.8 and 3.2 <= inc <= 7.2)
+    # the spec's band holds at both Table 1 points: Mixtral B=128 S=2k and DBRX B=64 S=2k
+    j64 = dbrx["cells"].index((64, 2048))
+    inc_db = float(d_pn2[j64] - d_pn1[j64])
+    ok = bool(better.mean() >= 0.8 and 3.2 <= inc <= 7.2 and 3.2 <= inc_db <= 7.2)
     c.append(Claim("epsmoe.pipeline_increment",
                    "PN=2 adds 4.8 points over PN=1 (Mixtral B=128 S=2k), DBRX ~3-5 (Table 3)",
                    {"share_cells_pn2_better": float(better.mean()),
                     "increment_points_mixtral_b128_s2k": inc,
+                    "increment_points_dbrx_b64_s2k": inc_db,
                     "dbrx_increments": (d_pn2 - d_pn1).round(2).tolist()}, ok,
                    "" if ok else "the overlap hides at most min(all2all, GEMM) / 2 of one "
-                   "block; the un-overlapped reduce-scatter / all-gather and attention stay"))
+                   "block; the un-overlapped reduce-scatter / all-gather and attention stay",
+                   changed_after_failure=CHANGED["pipeline_increment"]))
     mxm, mxd = float(g_pn2.max()), float(d_pn2.max())
     c.append(Claim("epsmoe.dbrx_gt_mixtral", "greater benefit on DBRX: -30.5% vs -24.3% (Table 3)",
                    {"dbrx_max_pct": mxd, "mixtral_max_pct": mxm}, mxd > mxm))
@@ -84,7 +110,7 @@ def table1_deepseekv2_claim(t2: Rows) -> Claim:
     g_ds = float(gains[:, 0].max())
     return Claim("epsmoe.table1_deepseekv2", "+21.8% prefill throughput (Table 1, Table 2 1K)",
                  {"best_gain_pct_seq1k": g_ds, "best_pn": int(DSV2_PN[int(gains[:, 0].argmax())])},
-                 _in(g_ds, 14.5, 32.7))
+                 _in(g_ds, 14.5, 32.7), changed_after_failure=CHANGED["table1_deepseekv2"])
 
 
 def table1_mixtral_claim(t3_mix: Rows) -> Claim:
@@ -108,9 +134,13 @@ def seq_trend_claim(t2: Rows) -> Claim:
     gains = t2.extra["gains"]
     best = gains.max(0)
     pn1 = gains[0]
-    ok = bool(best[0] > best[-1] and (pn1 <= best).all())
+    piped = gains[1:].max(0)  # the best pipelined PN (> 1) per sequence length
+    # the spec's rule at every point: the best gain falls at each step 1K -> 2K -> 4K -> 8K,
+    # and a pipelined PN beats PN=1 in every column
+    ok = bool((np.diff(best) < 0).all() and (pn1 < piped).all())
     return Claim("epsmoe.seq_trend_dsv2", "best gain falls 21.8% (1K) -> 12.8% (8K) (Table 2)",
                  {"best_gain_pct_by_seq": best.round(2).tolist(),
+                  "best_pipelined_gain_pct_by_seq": piped.round(2).tolist(),
                   "pn1_gain_pct_by_seq": pn1.round(2).tolist()}, ok)
 
 
@@ -121,7 +151,8 @@ def arctic_claim(t4: Rows) -> Claim:
     ok = bool((red >= 0).all() and (red <= 10).all()
               and red[:, bs32].mean() > red[:, bs16].mean())
     return Claim("epsmoe.arctic_small", "reductions 0.26%-6.64%, larger at bs 32 (Table 4)",
-                 {"reduction_pct": red.round(2).tolist()}, ok)
+                 {"reduction_pct": red.round(2).tolist()}, ok,
+                 changed_after_failure=CHANGED["arctic_small"])
 
 
 def ablation_claims(t5: Rows) -> list[Claim]:
@@ -133,20 +164,23 @@ def ablation_claims(t5: Rows) -> list[Claim]:
     f8 = float(_gain(t[1, 0], t[8, 0]))
     return [Claim("epsmoe.ablation_overlap", "5.698 -> 4.837 ms, -15.1% (Table 5 ID0 -> ID3)",
                   {"reduction_pct": ov, "id0_ms": float(t[0, 0] * 1e3),
-                   "id3_ms": float(t[3, 0] * 1e3)}, _in(ov, 10, 23)),
+                   "id3_ms": float(t[3, 0] * 1e3)}, _in(ov, 10, 23),
+                  changed_after_failure=CHANGED["ablation_overlap"]),
             Claim("epsmoe.ablation_gemm_switch",
                   "4.837 -> 4.299 ms, -11.1% at m=3072; +16.8% at m=256 (ID3 -> ID7)",
                   {"reduction_pct_m3072": sw, "reduction_pct_m256": sw256},
-                  _in(sw, 7.4, 16.7) and sw256 < 0),
+                  _in(sw, 7.4, 16.7) and sw256 < 0,
+                  changed_after_failure=CHANGED["ablation_gemm_switch"]),
             Claim("epsmoe.ablation_fp8", "FP8 + pipeline -28.2% (ID1 4.330 -> ID8 3.111)",
-                  {"reduction_pct": f8}, _in(f8, 18.8, 42.3))]
+                  {"reduction_pct": f8}, _in(f8, 18.8, 42.3),
+                  changed_after_failure=CHANGED["ablation_fp8"])]
 
 
 def sm_split_claim(t6: Rows) -> Claim:
     t6v = t6.extra["t"]
     best_sm = [T6_SM[int(i)] for i in t6v.argmin(1)]
     g116 = _gain(t6v[:, 0], t6v[:, 2])
-    ok = bool(all(s <= 116 for s in best_sm) and 5.7 <= g116.mean() <= 23)
+    ok = bool(all(s <= 116 for s in best_sm) and ((5.7 <= g116) & (g116 <= 23)).all())
     return Claim("epsmoe.sm_split", "GEMM on 116 SMs beats 132 by 8.6-15.3% (Table 6)",
                  {"best_sm_by_m": best_sm, "gain_116_vs_132_pct": g116.round(2).tolist()}, ok)
 
@@ -162,12 +196,20 @@ def threshold_claim(t7: Rows) -> Claim:
 def pn_optimum_claim(f11: Rows) -> Claim:
     r = f11.extra["res"][(1536, 3072)]
     divs = list(FIG11_PN)
-    within = abs(divs.index(r["argmin"]) - divs.index(r["best_div"])) <= 1
-    ushape = 1 < r["argmin"] < 40
-    t20_gt_t5 = bool(r["pipe"][divs.index(20)] > r["pipe"][divs.index(5)])
+    # the spec's rule: argmin within one divisor of round(sqrt(C / k)) (the nearest divisor)
+    target = min(divs, key=lambda n: (abs(n - round(r["n_star"])), n))
+    within = abs(divs.index(r["argmin"]) - divs.index(target)) <= 1
+    pipe = np.asarray(r["pipe"])
+    i = divs.index(r["argmin"])
+    # U-shape at every point: falls to the interior optimum, then rises
+    ushape = bool(0 < i < len(divs) - 1 and (np.diff(pipe[:i + 1]) <= 0).all()
+                  and (np.diff(pipe[i:]) >= 0).all())
+    t20_gt_t5 = bool(pipe[divs.index(20)] > pipe[divs.index(5)])
     return Claim("epsmoe.pn_optimum",
                  "interior optimal PN; PN=20 worse than PN=5 (+12.9%); N* = sqrt(C/k) (Fig. 11)",
                  {"argmin_pn": r["argmin"], "sqrt_C_over_k": r["n_star"],
-                  "best_divisor_by_E12": r["best_div"], "T20_over_T5":
-                  float(r["pipe"][divs.index(20)] / r["pipe"][divs.index(5)])},
-                 bool(ushape and within and t20_gt_t5))
+                  "nearest_divisor": target, "best_divisor_by_E12": r["best_div"],
+                  "u_shape_every_point": ushape,
+                  "T20_over_T5": float(pipe[divs.index(20)] / pipe[divs.index(5)])},
+                 bool(ushape and within and t20_gt_t5),
+                 changed_after_failure=CHANGED["pn_optimum"])

@@ -31,6 +31,18 @@ DEFAULT_PHI_MIN = 0.5  # share of its saturated rate an all2all keeps when the G
 #   SM (003 §5.2 (3) "cannot be scheduled"): assumption, no public measurement; sensitivity
 #   in docs/reproduction/epsmoe.md
 DEFAULT_SWITCH_ROWS = 2048.0  # 003 §3.2 Conclusion 1: GroupGemm better below m = 2048 rows
+# Grouped-kernel readings: its per-SM share of the dense (wgmma) rate, `GemmProfile.mma_group`.
+# "wgmma" (default): 003 Fig. 5 footnote 1 names its GroupGemm CUTLASS Pingpong, a wgmma kernel;
+#   the one measured wgmma grouped / dense ratio on H800 is DeepGEMM's grouped contiguous 1288 vs
+#   dense 1304 TFLOP/s = 0.995 (hardware/h800x8.toml `grouped_gemm_derate`, DeepGEMM README).
+# "warp-mma": NVIDIA's cuBLAS grouped-GEMM APIs "only leverage warp-level MMA instructions",
+#   about 2/3 of the wgmma rate (the reading before; not the kernel 003 names).
+GROUPED_KERNELS = {"wgmma": 0.995, "warp-mma": 2.0 / 3.0}
+# Dense-kernel tile schedules (`physics.gemm.TILE_SCHEDULES`). Default "stream_k": a dense
+# library spreads the k loop of an under-filled grid over the idle SMs (cuBLASLt's heuristic
+# picks split-K per shape, CUBLASLT_ALGO_CONFIG_SPLITK_NUM; CUTLASS 3 ships an SM90 stream-K
+# tile scheduler, Osama et al., PPoPP 2023); "data_parallel": one tile per SM per wave.
+DENSE_SCHEDULES = ("stream_k", "split_k", "data_parallel")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -54,10 +66,14 @@ class EPSConfig:
     profile: GemmProfile = GemmProfile()
     seq_len: int = 2048  # tokens per sequence (causal attention context = seq_len / 2)
     tokens_per_forward: int = 0  # real tokens one trace stands for (0: its own tokens)
-    # E11 read literally: chunk c dispatches every token it needs, again if an earlier chunk
-    # already sent it to that device (True); False: each token reaches a device once, with
-    # the earliest chunk that needs it (the other reading, docs/reproduction/epsmoe.md)
-    resend: bool = True
+    # False (default): each token reaches a device once, with the earliest chunk that needs
+    # it: 003 §5.2 (4) prices a chunk's all2all as S(m / N), the volume split, not amplified,
+    # and Table 7's eps0 falls to 0.02-0.07 at m = 2000-2200. True: E11 read literally, chunk
+    # c dispatches every token it needs again, even if an earlier chunk already sent it to
+    # that device (the "re-send" reading, docs/reproduction/epsmoe.md)
+    resend: bool = False
+    grouped_kernel: str = "wgmma"  # GROUPED_KERNELS key (sets `profile.mma_group`)
+    dense_schedule: str = "stream_k"  # DENSE_SCHEDULES: the dense kernel's tile schedule
     # knobs a tuning system reads relaxed at params.tau > 0 (`relaxed.RELAXABLE`; () = hard)
     relaxed: tuple[str, ...] = ()
     # chunk of each local expert per device, D tuples of E_loc ints in [0, pn) (beyond 003:
@@ -86,6 +102,11 @@ class EPSConfig:
         if self.overhead_per_chunk_s >= 0:
             return self.overhead_per_chunk_s
         return 2.0 * self.profile.launch_s
+
+    @property
+    def dense_profile(self) -> GemmProfile:
+        """The profile the dense kernel runs under (its own tile schedule)."""
+        return dataclasses.replace(self.profile, tile_schedule=self.dense_schedule)
 
     @property
     def comm_token_bytes(self) -> float:
@@ -168,6 +189,16 @@ def config_of(cfg: EPSConfig, params: EPSParams) -> EPSConfig:
         seq_len=int(params.seq_len))
 
 
+def profile_for(device, grouped_kernel: str = "wgmma") -> GemmProfile:
+    """GEMM rates of the platform's measured kernels (`GemmProfile.of`: 003's defaults on a
+    platform in its paper reading), the grouped kernel at its reading's share: a platform
+    that states its own measured grouped derate keeps it under "wgmma"."""
+    prof = GemmProfile.of(device)
+    if grouped_kernel == "wgmma" and device.grouped_gemm_derate != 1.0:
+        return prof
+    return dataclasses.replace(prof, mma_group=GROUPED_KERNELS[grouped_kernel])
+
+
 def divisors(n: int) -> tuple[int, ...]:
     return tuple(i for i in range(1, n + 1) if n % i == 0)
 
@@ -205,7 +236,11 @@ def make_config(platform: Platform, model: ModelSpec, **kw) -> EPSConfig:
             raise ConfigError("chunk_assignment: allowed only for modes dp-ep, tp-ep "
                               "(tp-tp has no expert pipeline)")
         kw["chunk_assignment"] = check_assignment(kw["chunk_assignment"], d, e_loc, pn)
-    # GEMM rates of the platform's measured kernels (`GemmProfile.of`: 003's defaults on a
-    # platform in its paper reading)
-    kw.setdefault("profile", GemmProfile.of(platform.device))
+    grouped = kw.get("grouped_kernel", "wgmma")
+    if grouped not in GROUPED_KERNELS:
+        raise ConfigError(f"grouped_kernel = {grouped!r}; allowed: {', '.join(GROUPED_KERNELS)}")
+    sched = kw.get("dense_schedule", "stream_k")
+    if sched not in DENSE_SCHEDULES:
+        raise ConfigError(f"dense_schedule = {sched!r}; allowed: {', '.join(DENSE_SCHEDULES)}")
+    kw.setdefault("profile", profile_for(platform.device, grouped))
     return EPSConfig(platform, model, topology.build(platform), **kw)

@@ -86,10 +86,11 @@ def ffn_chunk_s(cfg: EPSConfig, p: EPSParams, rows, onehot, ffn: int, sms):
 
 
 def gemm_kw(cfg: EPSConfig, sms) -> dict:
+    """Keywords of the dense kernel (`gemm.dense_expert_time_s`): its own tile schedule."""
     dev, m = cfg.platform.device, cfg.model
     return dict(sms=sms, sm_total=cfg.sm_total, peak_flops=dev.flops("bf16"),
                 memory_Bps=dev.memory_Bps, weight_bytes=m.weight_bytes, act_bytes=m.act_bytes,
-                profile=cfg.profile)
+                profile=cfg.dense_profile)
 
 
 def dense_ffn_s(cfg: EPSConfig, rows, ffn: int):

@@ -27,11 +27,15 @@ def _gemm_one(cfg: EPSConfig, rows_list, k_dim, n_out, kernel, sms):
         return w + r * (k_dim + n_out) * m.act_bytes
 
     if kernel == "dense":  # per expert, the faster of the library's tile heights
+        # work items per tile under the dense schedule: 1 (data parallel), k_splits (split-K)
+        # or the tile's k-loop iterations (stream-K: every iteration dealt over the SMs)
+        parts = {"data_parallel": 1, "split_k": p.k_splits,
+                 "stream_k": max(math.ceil(k_dim / p.tile_k), 1)}[cfg.dense_schedule]
         total = 0.0
         for r in rows_list:
             if r > 0:
-                comp = min(math.ceil(math.ceil(r / tm) * n_tiles_col / sms) * t_tile
-                           * tm / p.tile_m for tm in p.dense_tile_m)
+                comp = min(math.ceil(math.ceil(r / tm) * n_tiles_col * parts / sms) / parts
+                           * t_tile * tm / p.tile_m for tm in p.dense_tile_m)
                 total += p.launch_s + max(comp, nbytes(r) / dev.memory_Bps)
         return total
     if sum(rows_list) <= 0:

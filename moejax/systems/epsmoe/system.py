@@ -27,6 +27,8 @@ from moejax.systems.epsmoe.config import (
     DEFAULT_C_SAT,
     DEFAULT_PHI_MIN,
     DEFAULT_SWITCH_ROWS,
+    DENSE_SCHEDULES,
+    GROUPED_KERNELS,
     KERNELS,
     MODES,
     EPSConfig,
@@ -117,6 +119,11 @@ def _read_options(t):
         sm_gemm=t.int("sm_gemm", 0, lo=0),
         sm_comm=t.int("sm_comm", DEFAULT_C_SAT, lo=1),
         fp8_comm=t.bool("fp8_comm", False),
+        # readings (docs/reproduction/epsmoe.md): send-once vs re-send per chunk, the grouped
+        # kernel's MMA share, the dense kernel's tile schedule
+        resend=t.bool("resend", False),
+        grouped_kernel=t.str("grouped_kernel", "wgmma", choices=tuple(GROUPED_KERNELS)),
+        dense_schedule=t.str("dense_schedule", "stream_k", choices=DENSE_SCHEDULES),
         alpha_s=t.float("alpha_s", DEFAULT_ALPHA_S, positive=False),
         c_sat=t.int("c_sat", DEFAULT_C_SAT, lo=1),
         phi_min=t.float("phi_min", DEFAULT_PHI_MIN, hi=1.0),
