@@ -86,9 +86,11 @@ def headline_figure(path: Path, rows: Rows, grid: Grid) -> None:
             (tr if t != "" else never).append((xs[-1], float(t) if t != "" else top))
         ax[0, 0].bar(xs, ex, width=w, color=color, label=m)
         if tr:
-            ax[0, 1].plot([p[0] for p in tr], [p[1] for p in tr], "o", color=color, ms=4, label=m)
+            ax[0, 1].plot([p[0] for p in tr], [p[1] for p in tr], "o", color=color, ms=4,
+                          label=m)
         if never and m != "best-heuristic":
-            ax[0, 1].plot([p[0] for p in never], [p[1] for p in never], "o", mfc="none", color=color, ms=4)
+            ax[0, 1].plot([p[0] for p in never], [p[1] for p in never], "o", mfc="none",
+                          color=color, ms=4)
     for a in ax[0]:
         a.set_xticks(range(len(fams)))
         a.set_xticklabels(fams, rotation=35, ha="right", fontsize=6)
