@@ -94,15 +94,65 @@ def test_search_checks():
     with pytest.raises(ConfigError, match="grid"):
         srch.check(prob, "grid")
     rep = build_problem(TuneConfig(**{**SMALL, "params": ("replicas",)}))
-    with pytest.raises(ConfigError, match="replicas"):
-        srch.check(rep, "tpe")
+    srch.check(rep, "tpe")  # replicas have a black-box encoding now
+    with pytest.raises(ConfigError, match="grid"):
+        srch.check(rep, "grid")
+    per_layer = build_problem(TuneConfig(**{**SMALL, "params": ("replicas",),
+                                            "per_layer": True}))
+    with pytest.raises(ConfigError, match="per-layer"):
+        srch.check(per_layer, "cmaes")
     with pytest.raises(ConfigError, match="search"):
         TuneConfig(search="bayes")
 
 
+def test_replica_encoding_valid_and_round_trips():
+    cfg = TuneConfig(**{**SMALL, "params": ("replicas",), "hardware": "chiplet-4x4",
+                        "capacity": 10, "search": "random"})
+    prob = build_problem(cfg)
+    f = prob.setup.families["replicas"]
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        p = srch.replica_shares(rng.random(f.num_experts), rng.random(f.extra),
+                                rng.random(f.extra), f)
+        f.check(p)  # tokens conserved, slots per device respected
+        occ = p > 0
+        assert occ.sum(1).min() >= 1 and occ.sum(0).max() <= f.slots
+        assert np.allclose(p[occ], (1.0 / occ.sum(1, keepdims=True) * occ)[occ])  # even
+        got = hard_values(prob, srch.to_raw(prob, {"replicas": p}))["replicas"]
+        assert np.allclose(got, p, atol=1e-6)
+    empty = srch.replica_shares(rng.random(f.num_experts), np.full(f.extra, 0.9999),
+                                rng.random(f.extra), f)
+    assert ((empty > 0).sum(1) == 1).all()  # every redundant slot left empty
+
+
+def test_black_box_replicas_run_and_restore(tmp_path):
+    cfg = TuneConfig(**{**SMALL, "params": ("replicas",), "capacity": 34, "search": "tpe"})
+    res = tune(cfg, tmp_path / "rep", progress=False)
+    s = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert s["budget"]["hard_evaluations"] == 4 and "eplb (34 slots)" in s["evaluation"]
+    _, back = restore(tmp_path / "rep")
+    assert np.allclose(back.hard["replicas"], res.hard["replicas"])
+
+
+def test_divisor_knob_searched_by_index():
+    cfg = TuneConfig(system="epsmoe", policy="epsmoe-tune", hardware="h800x8",
+                     model="deepseek-moe-16b", params=("pn",), steps=8, traces=2, batch=2,
+                     eval_traces=2, tokens=512, iterations=1, search="grid")
+    prob = build_problem(cfg)
+    f = prob.setup.families["pn"]
+    import optuna
+
+    pts = srch.grid_points(prob, 8)
+    got = [srch.suggest(optuna.trial.FixedTrial(p), prob, "grid")["pn"] for p in pts]
+    assert got == list(f.divs[f.lo:f.hi + 1])
+    raw = srch.to_raw(prob, {"pn": got[-1]})
+    assert hard_values(prob, raw)["pn"] == got[-1]
+
+
 @pytest.mark.parametrize("extra", [["--search", "nope"], ["--search", "grid"],
                                    ["--search", "tpe", "--steps", "0"],
-                                   ["--search", "cmaes", "--param", "replicas"]])
+                                   ["--search", "cmaes", "--param", "replicas",
+                                    "--per-layer"]])
 def test_cli_bad_search_exit_2(tmp_path, extra):
     out = tmp_path / "bad"
     r = subprocess.run([sys.executable, "-m", "moejax.cli.main", "tune", "--traces", "4",
@@ -116,29 +166,46 @@ def test_cli_bad_search_exit_2(tmp_path, extra):
 
 
 def test_tuning_study_budget_table_and_claims():
+    from moejax.reproduce import tuning as study
     from moejax.reproduce import tuning_claims as tc
     from moejax.reproduce.study import Rows
 
     curve, final = [], []
+
+    def row(m, v, **kw):
+        return {"family": "ep_placement", "seed": 0, "method": m, "heldout_ms": v,
+                "layer_traces": 0, "wall_s": 0.0, "spread_pct": "", "heuristic": "", **kw}
+
     for m, pts in {"grad": [(16, 10.5), (160, 9.9)], "tpe": [(32, 10.8), (3200, 9.99)],
                    "random": [(32, 10.6), (6400, 10.3)]}.items():
         for i, (traces, v) in enumerate(pts):
-            curve.append({"workload": "w", "seed": 0, "method": m, "evals": i + 1,
+            curve.append({"family": "ep_placement", "seed": 0, "method": m, "evals": i + 1,
                           "layer_traces": traces, "wall_s": traces / 100, "cpu_s": 0.0,
                           "train_ms": v - 0.1, "heldout_ms": v})
-        final.append({"workload": "w", "seed": 0, "method": m, "heldout_ms": pts[-1][1],
-                      "layer_traces": pts[-1][0], "wall_s": 1.0, "spread_pct": ""})
-    for m, v in (("contiguous", 11.0), ("round-robin", 10.2), ("greedy-balanced", 10.1)):
-        final.append({"workload": "w", "seed": 0, "method": m, "heldout_ms": v,
-                      "layer_traces": 0, "wall_s": 0.0, "spread_pct": ""})
-    final.append({"workload": "w", "seed": 0, "method": "random-median", "heldout_ms": 10.5,
-                  "layer_traces": 0, "wall_s": 0.0, "spread_pct": 8.0})
+        final.append(row(m, pts[-1][1], layer_traces=pts[-1][0], wall_s=1.0))
+    final += [row("default", 11.0), row("best-heuristic", 10.1, heuristic="greedy-balanced"),
+              row("random-median", 10.5, spread_pct=8.0)]
     table = tc.budget_table(curve, final)
     by = {r["method"]: r for r in table}
     assert by["grad"]["layer_traces_to_1pct"] == 160 and by["grad"]["over_best_pct"] == 0
     assert by["tpe"]["layer_traces_to_1pct"] == 3200  # 9.99 <= 1.01 * 9.9
     assert by["random"]["within_1pct_seeds"] == "0/1"
-    got = {c.id: c for c in tc.ep_claims(Rows(curve, extra={"curve": curve, "final": final,
-                                                            "table": table}))}
-    assert got["grad_10x_fewer_traces_w"].holds  # 3200 / 160 = 20
-    assert got["grad_beats_best_heuristic_w"].holds
+    assert by["best-heuristic"]["heuristic"] == "greedy-balanced"
+    extra = {"curve": curve, "final": final, "table": table,
+             "family": study.FAMILIES["ep_placement"]}
+    got = {c.id: c for c in tc.family_claims(Rows(curve, extra=extra))}
+    assert got["spread_at_least_3pct_ep_placement"].holds
+    assert got["grad_10x_fewer_traces_ep_placement"].holds  # 3200 / 160 = 20
+    assert got["grad_beats_best_heuristic_ep_placement"].holds
+    for r in curve + final:  # the same numbers as a small knob family: the claim flips
+        r["family"] = "epsmoe"
+    extra = {**extra, "table": tc.budget_table(curve, final), "family": study.FAMILIES["epsmoe"]}
+    (small,) = tc.family_claims(Rows(curve, extra=extra))
+    assert small.id == "black_box_no_costlier_epsmoe" and not small.holds
+
+
+def test_tuning_study_every_family_has_a_grid_entry():
+    from moejax.reproduce import tuning as study
+
+    for g in (study.QUICK, study.FULL):
+        assert {n for n, *_ in g.families} == set(study.FAMILIES)

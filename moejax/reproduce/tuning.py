@@ -1,29 +1,40 @@
 """`moejax reproduce tuning`: does differentiability pay? The relaxed-gradient loop against
-Optuna's TPE and CMA-ES, random search and the papers' heuristics, at equal budget.
+Optuna's TPE and CMA-ES, random search, the hard grid and the papers' heuristics, at equal
+simulated layer-traces, on every tuning family the systems expose.
 
-Every run is `moejax.tune.tune` with `search` = grad | tpe | cmaes | random on the same
-problem (system, family, training and held-out traces, loss = mean MoE-layer latency); each
-writes its budget (simulated layer-traces, hard / relaxed evaluations, wall and CPU time)
-and its best-so-far curve (the incumbent's hard held-out latency at log-spaced budget
-points) to summary.json, which this study reads. Nothing is fitted to a claim.
+Every run is `moejax.tune.tune` with `search` = grad | tpe | cmaes | random | grid on the
+same problem (system, families, training and held-out traces, loss = mean MoE-layer
+latency); each writes its budget (simulated layer-traces, hard / relaxed evaluations, wall
+and CPU time) and its best-so-far curve (the incumbent's hard held-out latency at
+log-spaced budget points) to summary.json, which this study reads. Nothing is fitted to a
+claim.
 
-Workloads are chosen where the decision matters, and the spread of random decisions is
-measured for each (`SPREAD_SAMPLES` uniformly random balanced placements on the held-out
-traces): few tokens per iteration on qwen3-30b-a3b (128 experts) on the 2x2 and 4x4
-chiplet packages of 000 Table I, and on dgx-h100 (full grid). The recorded ESFT routing
-(DeepSeek-V2-Lite layout, `reproduce/data/balancing_recordings.npz`) is measured too: its
-spread is below 1 % (whole sequences per iteration: every device loads every expert), so
-placement does not matter there and the claims leave it out.
+Families (`FAMILIES`), each on a workload chosen where the decision matters, its spread
+measured (`SPREAD_SAMPLES` uniformly random decisions of the black-box encoding, hard, on
+the held-out traces):
 
-Families covered: EP placement (expert -> device, capacity E / D: 128 decisions).
-Missing (their black-box encodings or budgets are not built): EP replicas, FSE-DP
-thresholds and hardware under the Eq. (1)-(2) budget, wafer placement and alpha, AEP decay,
-EPS-MoE knobs, DySHARP placement and knobs (docs/tuning.md, "Not done").
+- ep_placement: qwen3-30b-a3b, 128 experts on the 16 dies of chiplet-4x4 (000 Table I
+  scaled), 16 tokens per iteration (128 decisions).
+- ep_replicas: the same layer, 10 slots per die (32 redundant slots: 128 + 32 decisions).
+- wafer_placement: the 001 wafer system on wsc-4x4, expert placement and the Eq. 2
+  balancer's alpha (128 + 1 decisions).
+- dysharp: DySHARP on gh200-nvl32 (64 experts on 32 GPUs), placement and comm SMs.
+- fsedp_knobs: FSE-DP token buffering on chiplet-2x2 (micro-slices, theta_min, slack:
+  three knobs, a piecewise-constant objective).
+- epsmoe: EPS-MoE on h800x8 (pipeline degree, GEMM switch rows, comm SMs: three knobs).
+- codesign: FSE-DP hardware (weight buffer, DDR and D2D bandwidth) and micro-slices tuned
+  jointly under the 000 Eq. (1)-(2) area / power budget (`ChipletBudget` defaults).
+
+Every method of a family gets the same budget B of simulated layer-traces: a black-box
+trial simulates every training trace (traces x layers), a gradient step `batch` of them;
+the gradient's points are the end results of separate runs of B/4, B/2 and B (a run
+anneals over its length, so its rounding mid-run is not a shorter run's result).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import tempfile
 import time
@@ -38,53 +49,82 @@ from moejax.tune import TuneConfig, tune
 from moejax.tune import search as srch
 from moejax.tune.loop import build_problem
 
-SPREAD_SAMPLES = 24
-HEURISTICS = ("contiguous", "round-robin", "greedy-balanced")
+SPREAD_SAMPLES = 12
 
 
 @dataclasses.dataclass(frozen=True)
-class Workload:
+class Family:
+    """One tuning family of the study: its problem (TuneConfig fields), the gradient's own
+    settings, the black-box methods that can search it, and whether it is a placement
+    (100+ discrete decisions: the claims of the targets apply)."""
+
     name: str
     label: str
-    kw: tuple  # TuneConfig fields
+    kw: tuple  # TuneConfig fields of the problem
+    grad: tuple = ()  # TuneConfig fields of the gradient runs
+    methods: tuple = ("tpe", "cmaes", "random")
+    placement: bool = True
 
 
-EP_WORKLOADS = {
-    "qwen3-2x2-t16": Workload("qwen3-2x2-t16", "qwen3-30b-a3b, chiplet-2x2, 16 tok, power law 1.2",
-                              (("hardware", "chiplet-2x2"), ("tokens", 16))),
-    "qwen3-4x4-t16": Workload("qwen3-4x4-t16", "qwen3-30b-a3b, chiplet-4x4, 16 tok, power law 1.2",
-                              (("hardware", "chiplet-4x4"), ("tokens", 16))),
-    "qwen3-h100-t16": Workload("qwen3-h100-t16", "qwen3-30b-a3b, dgx-h100, 16 tok, power law 1.2",
-                               (("hardware", "dgx-h100"), ("tokens", 16), ("iterations", 1))),
-}
+FAMILIES = {f.name: f for f in (
+    Family("ep_placement", "EP placement: qwen3-30b-a3b, chiplet-4x4, 16 tok, power law 1.2",
+           (("system", "ep"), ("hardware", "chiplet-4x4"), ("tokens", 16),
+            ("params", ("placement",)), ("traces", 32), ("batch", 16)),
+           (("init", "random"), ("lr", 0.1), ("tau_end", 0.005))),
+    Family("ep_replicas", "EP replicas: qwen3-30b-a3b, chiplet-4x4, 10 slots / die, 16 tok",
+           (("system", "ep"), ("hardware", "chiplet-4x4"), ("tokens", 16),
+            ("params", ("replicas",)), ("capacity", 10), ("traces", 32), ("batch", 16)),
+           (("init", "random"), ("lr", 0.1), ("tau_end", 0.005))),
+    Family("wafer_placement", "wafer placement + alpha: qwen3-30b-a3b, wsc-4x4, 16 tok",
+           (("system", "wafer"), ("hardware", "wsc-4x4"), ("tokens", 16),
+            ("params", ("placement", "alpha")), ("traces", 16), ("batch", 8)),
+           (("init", "random"), ("lr", 0.1), ("relaxation", "system"))),
+    Family("dysharp", "DySHARP placement + comm SMs: qwen3-30b-a3b, gh200-nvl32, 64 tok",
+           (("system", "dysharp"), ("hardware", "gh200-nvl32"), ("tokens", 64),
+            ("iterations", 1), ("params", ("placement", "comm_sms")), ("traces", 16),
+            ("batch", 8)),
+           (("init", "random"), ("lr", 0.1), ("relaxation", "system"))),
+    Family("fsedp_knobs", "FSE-DP buffering: qwen3-30b-a3b, chiplet-2x2, 16 tok; "
+           "micro-slices, theta_min, slack",
+           (("system", "fsedp"), ("policy", "fsedp-buffered"), ("hardware", "chiplet-2x2"),
+            ("tokens", 16), ("params", ("num_microslices", "theta_min", "slack")),
+            ("traces", 8), ("batch", 4)),
+           (("init", "default"), ("lr", 0.1), ("relaxation", "system")),
+           methods=("tpe", "cmaes", "random", "grid"), placement=False),
+    Family("epsmoe", "EPS-MoE: deepseek-moe-16b, h800x8, 512 tok; pn, switch rows, "
+           "comm SMs",
+           (("system", "epsmoe"), ("policy", "epsmoe-tune"), ("hardware", "h800x8"),
+            ("model", "deepseek-moe-16b"), ("tokens", 512), ("iterations", 1),
+            ("params", ("pn", "switch_rows", "sm_comm")), ("traces", 16), ("batch", 4)),
+           (("init", "default"), ("lr", 0.1), ("relaxation", "system")),
+           methods=("tpe", "cmaes", "random", "grid"), placement=False),
+    Family("codesign", "co-design: FSE-DP buffer, DDR, D2D + micro-slices under 000 Eq. "
+           "(1)-(2) (30 mm^2, 60 W), qwen3-30b-a3b, chiplet-2x2, 16 tok",
+           (("system", "fsedp"), ("policy", "fsedp-paired"), ("hardware", "chiplet-2x2"),
+            ("tokens", 16), ("params", ("num_microslices", "weight_buffer_bytes", "ddr_Bps",
+                                        "link_Bps")), ("traces", 8), ("batch", 4)),
+           (("init", "default"), ("lr", 0.1), ("relaxation", "system"), ("tau_start", 0.3),
+            ("tau_end", 0.01)),
+           placement=False),
+)}
 
-# methods: (search, TuneConfig overrides); budgets (steps / trials) from the grid
-METHODS = {
-    "grad": ("grad", (("init", "random"),)),
-    "grad-greedy": ("grad", (("init", "greedy"),)),
-    "tpe": ("tpe", ()),
-    "cmaes": ("cmaes", ()),
-    "random": ("random", ()),
-}
-
-QUICK = Grid(True, workloads=("qwen3-2x2-t16", "qwen3-4x4-t16"), seeds=(0, 1),
-             traces=32, batch=16, eval_traces=128,
-             budget=(("grad", 100), ("tpe", 150), ("cmaes", 150), ("random", 400)),
-             grad_steps=(25, 50, 100),
-)
-FULL = Grid(False, workloads=tuple(EP_WORKLOADS), seeds=(0, 1, 2),
-            traces=32, batch=16, eval_traces=256,
-            budget=(("grad", 400), ("grad-greedy", 400), ("tpe", 1000), ("cmaes", 1000),
-                    ("random", 4000)),
-            grad_steps=(25, 50, 100, 200, 400),
-            fsedp=True)
+# per family: (budget B in simulated layer-traces, seeds, held-out traces)
+QUICK = Grid(True, families=(
+    ("ep_placement", 3200, (0, 1), 128), ("ep_replicas", 3200, (0, 1), 128),
+    ("wafer_placement", 1600, (0,), 64), ("dysharp", 1600, (0,), 64),
+    ("fsedp_knobs", 240, (0,), 32), ("epsmoe", 640, (0,), 16), ("codesign", 400, (0,), 32)),
+    grad_fractions=(0.25, 1.0), greedy=False)
+FULL = Grid(False, families=(
+    ("ep_placement", 12800, (0, 1, 2), 256), ("ep_replicas", 12800, (0, 1, 2), 256),
+    ("wafer_placement", 6400, (0, 1, 2), 128), ("dysharp", 6400, (0, 1, 2), 128),
+    ("fsedp_knobs", 1920, (0, 1, 2), 64), ("epsmoe", 2560, (0, 1, 2), 32),
+    ("codesign", 1600, (0, 1, 2), 64)),
+    grad_fractions=(0.125, 0.25, 0.5, 1.0), greedy=True)
 
 
-def base_config(grid: Grid, w: Workload, seed: int) -> TuneConfig:
-    return TuneConfig(system="ep", model="qwen3-30b-a3b", params=("placement",),
-                      traces=grid.traces, batch=grid.batch, eval_traces=grid.eval_traces,
-                      seed=seed, lr=0.1, tau_end=0.005, every=10_000, keep=1,
-                      **dict(w.kw))
+def base_config(fam: Family, seed: int, eval_traces: int) -> TuneConfig:
+    return TuneConfig(seed=seed, eval_traces=eval_traces, every=10_000, keep=1,
+                      **dict(fam.kw))
 
 
 def run_one(cfg: TuneConfig) -> dict:
@@ -95,78 +135,112 @@ def run_one(cfg: TuneConfig) -> dict:
 
 
 def spread(cfg: TuneConfig, samples: int = SPREAD_SAMPLES) -> dict:
-    """Held-out mean latency (ms) of uniformly random balanced placements (random keys)."""
-    prob = build_problem(cfg)
-    f = prob.setup.families["placement"]
-    rng = np.random.default_rng(cfg.seed + 100)
-    vals = np.array([srch.hard_objective(prob, {"placement": srch.keys_to_ids(
-        rng.random(f.num_experts), f.capacity)}, prob.heldout) for _ in range(samples)])
+    """Held-out mean latency (ms) of uniformly random decisions (the random search's
+    encoding of every family, seeded apart from the runs)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    prob = build_problem(dataclasses.replace(cfg, search="random"))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=cfg.seed + 100))
+    vals = np.array([srch.hard_objective(prob, srch.decode(prob, srch.suggest(
+        study.ask(), prob, "random")), prob.heldout) for _ in range(samples)])
     return {"random_min": float(vals.min()), "random_median": float(np.median(vals)),
             "random_max": float(vals.max()),
             "spread_pct": float((vals.max() - vals.min()) / vals.min() * 100)}
 
 
-def ep_placement(grid: Grid) -> Rows:
-    """Every method on every workload and seed: curves, finals, heuristics, spreads."""
+def _cost(cfg: TuneConfig, search: str) -> int:
+    """Simulated layer-traces of one trial (black box) or step (gradient)."""
+    prob = build_problem(dataclasses.replace(cfg, search=search, steps=1))
+    return srch.grad_cost_per_step(prob) if search == "grad" else srch.engine_traces(
+        prob.train)
+
+
+def _row(fam, seed, method, value, **more):
+    row = {"family": fam, "seed": seed, "method": method, "heldout_ms": value,
+           "layer_traces": 0, "hard_evaluations": 0, "relaxed_evaluations": 0,
+           "wall_s": 0.0, "cpu_s": 0.0, "spread_pct": "", "heuristic": ""}
+    row.update(more)
+    return row
+
+
+@functools.lru_cache(maxsize=16)
+def family_rows(name: str, grid: Grid) -> Rows:
+    """Every method on one family and its seeds: curves, finals, heuristics, spreads."""
     t0 = time.perf_counter()
+    fam = FAMILIES[name]
+    budget, seeds, eval_traces = next(x[1:] for x in grid.families if x[0] == name)
     curve, final = [], []
-    budget = dict(grid.budget)
-    for wname in grid.workloads:
-        w = EP_WORKLOADS[wname]
-        for seed in grid.seeds:
-            base = base_config(grid, w, seed)
-            sp = spread(base)
-            for mname, (search, over) in METHODS.items():
-                if mname not in budget:
-                    continue
-                # the gradient anneals over its whole run, so its rounding mid-run is not
-                # what a shorter run ends with: one run per step count, its end point each
-                steps = grid.grad_steps if search == "grad" else (budget[mname],)
-                for n in steps:
-                    cfg = dataclasses.replace(base, search=search, steps=n, **dict(over))
-                    s = run_one(cfg)
-                    pts = s["curve"] if search != "grad" else s["curve"][-1:]
-                    for c in pts:
-                        curve.append({"workload": wname, "seed": seed, "method": mname,
-                                      "evals": c["evals"], "layer_traces": c["layer_traces"],
-                                      "wall_s": c["wall_s"], "cpu_s": c["cpu_s"],
-                                      "train_ms": c["train"], "heldout_ms": c["heldout"]})
-                ev = s["evaluation"]
-                b = s["budget"]
-                final.append({"workload": wname, "seed": seed, "method": mname,
-                              "heldout_ms": ev["tuned"]["latency_ms"]["mean"],
-                              "layer_traces": b["layer_traces"],
-                              "hard_evaluations": b["hard_evaluations"],
-                              "relaxed_evaluations": b["relaxed_evaluations"],
-                              "wall_s": b["wall_s"], "cpu_s": b["cpu_s"]})
-            for h in HEURISTICS:  # the same in every run: the last one's evaluation
-                final.append({"workload": wname, "seed": seed, "method": h,
-                              "heldout_ms": ev[h]["latency_ms"]["mean"], "layer_traces": 0,
-                              "hard_evaluations": 0, "relaxed_evaluations": 0,
-                              "wall_s": 0.0, "cpu_s": 0.0})
-            final.append({"workload": wname, "seed": seed, "method": "random-median",
-                          "heldout_ms": sp["random_median"], "layer_traces": 0,
-                          "hard_evaluations": 0, "relaxed_evaluations": 0, "wall_s": 0.0,
-                          "cpu_s": 0.0, "spread_pct": sp["spread_pct"]})
-    for row in final:
-        row.setdefault("spread_pct", "")
+    for seed in seeds:
+        base = base_config(fam, seed, eval_traces)
+        sp = spread(base)
+        runs = [("grad", "grad", dict(fam.grad), f) for f in grid.grad_fractions]
+        if grid.greedy and fam.placement:
+            runs += [("grad-greedy", "grad", {**dict(fam.grad), "init": "greedy"}, f)
+                     for f in grid.grad_fractions]
+        runs += [(m, m, {}, 1.0) for m in fam.methods]
+        ev = None
+        for method, search, over, frac in runs:
+            cfg = dataclasses.replace(base, search=search, **over)
+            steps = max(1, int(round(frac * budget / _cost(cfg, search))))
+            s = run_one(dataclasses.replace(cfg, steps=steps))
+            pts = s["curve"][-1:] if search == "grad" else s["curve"]
+            for c in pts:
+                curve.append({"family": name, "seed": seed, "method": method,
+                              "evals": c["evals"], "layer_traces": c["layer_traces"],
+                              "wall_s": c["wall_s"], "cpu_s": c["cpu_s"],
+                              "train_ms": c["train"], "heldout_ms": c["heldout"]})
+            if frac == 1.0:
+                ev, b = s["evaluation"], s["budget"]
+                final.append(_row(name, seed, method, ev["tuned"]["latency_ms"]["mean"],
+                                  layer_traces=b["layer_traces"],
+                                  hard_evaluations=b["hard_evaluations"],
+                                  relaxed_evaluations=b["relaxed_evaluations"],
+                                  wall_s=b["wall_s"], cpu_s=b["cpu_s"]))
+        # the heuristics (the same rows in every run's evaluation): the default, and the
+        # best of the setup's baselines (heuristics, or its coarse hard grid) by name
+        final.append(_row(name, seed, "default", ev["default"]["latency_ms"]["mean"]))
+        heur = {k: v["latency_ms"]["mean"] for k, v in ev.items()
+                if k not in ("tuned", "default")}
+        if heur:
+            h = min(heur, key=heur.get)
+            final.append(_row(name, seed, "best-heuristic", heur[h], heuristic=h))
+        final.append(_row(name, seed, "random-median", sp["random_median"],
+                          spread_pct=sp["spread_pct"]))
     table = claims.budget_table(curve, final)
-    return Rows(curve, more={"ep_placement_final.csv": final,
-                             "ep_placement_budget.csv": table},
-                summary={"ep_placement_compute_s": time.perf_counter() - t0},
-                extra={"curve": curve, "final": final, "table": table})
+    return Rows(curve, more={f"{name}_final.csv": final, f"{name}_budget.csv": table},
+                summary={f"{name}_compute_s": time.perf_counter() - t0},
+                extra={"curve": curve, "final": final, "table": table, "family": fam})
+
+
+def headline(grid: Grid) -> Rows:
+    """One row per family and method: the budget table of every family (read off the
+    family figures' computations, cached)."""
+    rows = []
+    for name, *_ in grid.families:
+        rows += family_rows(name, grid).extra["table"]
+    return Rows(rows)
+
+
+def _figure(name: str) -> Figure:
+    return Figure(name, functools.partial(family_rows, name),
+                  functools.partial(figs.family_figure, FAMILIES[name].label),
+                  more=(f"{name}_final.csv", f"{name}_budget.csv"))
+
+
+def _checks() -> tuple[Check, ...]:
+    return tuple(Check((name,), claims.family_claims) for name in FAMILIES)
 
 
 STUDY = Study(
     name="tuning",
-    figures=(
-        Figure("ep_placement", ep_placement, figs.ep_placement_figure,
-               more=("ep_placement_final.csv", "ep_placement_budget.csv")),
-    ),
+    figures=(Figure("headline", headline, figs.headline_figure),
+             *(_figure(n) for n in FAMILIES)),
     quick=QUICK,
     full=FULL,
-    checks=(Check(("ep_placement",), claims.ep_claims),),
-    about=lambda g: {"workloads": {k: EP_WORKLOADS[k].label for k in g.workloads},
-                     "budget": dict(g.budget), "seeds": list(g.seeds)},
+    checks=_checks(),
+    about=lambda g: {"families": {n: FAMILIES[n].label for n, *_ in g.families},
+                     "budget_layer_traces": {n: b for n, b, *_ in g.families},
+                     "seeds": {n: list(s) for n, _, s, _ in g.families}},
     timed=True,
 )

@@ -23,7 +23,12 @@ Encodings of the decisions (what a black-box method sees):
 - `IntegerKnob`: an integer in [lo, hi]. `Threshold`, `LogKnob`: u in [0.001, 0.999],
   the family's own sigmoid position (a `LogKnob` is log-uniform in u). The grid takes every
   integer and `n` evenly spaced u per continuous knob, n as large as the trial budget allows.
-- `ReplicaPlacement` and the smoothed AEP decay: no black-box encoding here (`check`
+- `ReplicaPlacement` (slots per device, R = D * slots - E redundant slots), every search
+  but the grid: E + 2R floats in [0, 1) (`replica_shares`): random keys for the primary
+  placement, and per redundant slot an expert (or empty) and a device; replicas split
+  their expert's tokens evenly. A knob over an index of allowed values (EPS-MoE's
+  pipeline degree, a `divs` tuple) is searched by its index. Per-layer replicas, the
+  smoothed AEP decay and EPS-MoE's chunk assignment: no black-box encoding (`check`
   refuses them, one line, before anything is written).
 
 A trial is evaluated on every training trace (the exact training objective; a gradient
@@ -51,7 +56,7 @@ import numpy as np
 
 from moejax.errors import CheckpointError, ConfigError
 from moejax.output.results import atomic_write_json
-from moejax.tunable import IntegerKnob, LogKnob, Placement, Threshold
+from moejax.tunable import IntegerKnob, LogKnob, Placement, ReplicaPlacement, Threshold
 from moejax.tune import checkpoint as ck
 from moejax.tune import loop, records
 
@@ -68,11 +73,14 @@ def check(prob: loop.Problem, search: str) -> None:
     if search == "grad":
         return
     for name, f in prob.setup.families.items():
-        if isinstance(f, Placement):
+        if isinstance(f, (Placement, ReplicaPlacement)):
             if search == "grid":
                 raise ConfigError(f"search = 'grid' cannot enumerate {name} ({f.num_devices}^"
                                   f"{f.num_experts} placements); allowed for placements: "
                                   "grad, tpe, cmaes, random")
+            if isinstance(f, ReplicaPlacement) and f.num_layers:
+                raise ConfigError(f"search = {search!r} has no encoding of per-layer {name}; "
+                                  "allowed for it: grad")
         elif not isinstance(f, (IntegerKnob, Threshold, LogKnob)):
             raise ConfigError(f"search = {search!r} has no encoding of {name} "
                               f"({type(f).__name__}); allowed for it: grad")
@@ -145,6 +153,29 @@ def keys_to_ids(keys: np.ndarray, capacity: int) -> np.ndarray:
     return ids
 
 
+def replica_shares(primary: np.ndarray, owner_u: np.ndarray, device_u: np.ndarray,
+                   f: ReplicaPlacement) -> np.ndarray:
+    """Token shares [E, D] of a replica placement from three vectors in [0, 1): the
+    primary keys [E] (experts sorted by key fill the devices ceil(E / D) each, as a
+    `Placement`), and per redundant slot j [R] its expert floor(owner_u * (E + 1)) (E: the
+    slot stays empty) and its device floor(device_u * D), moved on cyclically to the first
+    device with a free slot that does not hold the expert yet (none: the slot stays empty).
+    Replicas split their expert's tokens evenly (the `ReplicaPlacement` share logits 0)."""
+    e, d = f.num_experts, f.num_devices
+    occ = np.zeros((e, d))
+    occ[np.arange(e), keys_to_ids(primary, -(-e // d))] = 1.0
+    for u, v in zip(owner_u, device_u, strict=True):  # R slots, host side, once per trial
+        x = min(int(u * (e + 1)), e)
+        if x == e:
+            continue
+        for k in range(d):
+            dev = (min(int(v * d), d - 1) + k) % d
+            if occ[:, dev].sum() < f.slots and occ[x, dev] == 0:
+                occ[x, dev] = 1.0
+                break
+    return occ / occ.sum(1, keepdims=True)
+
+
 def suggest(trial, prob: loop.Problem, search: str) -> dict:
     """Hard values of the problem's families from an Optuna trial (module docstring)."""
     values = {}
@@ -162,8 +193,16 @@ def suggest(trial, prob: loop.Problem, search: str) -> dict:
                             for e in range(f.num_experts)]
                     rows.append(keys_to_ids(np.asarray(keys), f.capacity))
             values[name] = np.stack(rows) if f.num_layers else rows[0]
+        elif isinstance(f, ReplicaPlacement):
+            def floats(tag, n, name=name):
+                return np.asarray([trial.suggest_float(f"{name}.{tag}{i}", 0.0, 1.0)
+                                   for i in range(n)])
+            values[name] = replica_shares(floats("k", f.num_experts), floats("r", f.extra),
+                                          floats("d", f.extra), f)
         elif isinstance(f, IntegerKnob):
-            values[name] = trial.suggest_int(name, int(f.lo), int(f.hi))
+            idx = trial.suggest_int(name, int(f.lo), int(f.hi))
+            divs = getattr(f, "divs", ())  # a knob over an index of allowed values
+            values[name] = divs[idx] if divs else idx
         else:
             values[name] = trial.suggest_float(name, U_LO, U_HI)
     return values
@@ -178,6 +217,8 @@ def to_raw(prob: loop.Problem, values: dict) -> dict:
         v = values[name]
         if isinstance(f, Placement):
             raw[name] = f.init_scale * f.one_hot(v)
+        elif isinstance(f, ReplicaPlacement):
+            raw[name] = f.init(jax.random.key(0), v)
         elif isinstance(f, IntegerKnob):
             raw[name] = f.init(None, v)
         else:
@@ -334,10 +375,13 @@ def tune_black_box(cfg: loop.TuneConfig, out: str | Path, *, resume: bool = Fals
     hard = decode(prob, searched)
     raw = to_raw(prob, searched)
     got = loop.hard_values(prob, raw)
-    for k in hard:
-        if not np.array_equal(np.asarray(got[k]), np.asarray(hard[k])):
+    for k in hard:  # replica shares come back through float32 logits: equal to 1e-6
+        a, b = np.asarray(got[k]), np.asarray(hard[k])
+        if not (np.array_equal(a, b) or (a.dtype.kind == "f" and a.shape == b.shape
+                                          and np.allclose(a, b, rtol=0, atol=1e-6))):
             raise CheckpointError(f"{k}: raw parameters do not round back to the searched "
                                   "values (a moejax bug)")
+    hard = got  # what `restore` and `--export` give
     mgr = ck.Checkpoints(out, every=1, keep=cfg.keep)
     if mgr.latest_step() != len(trials):  # else: a finished search resumed, already saved
         mgr.save(len(trials), ck.flatten_state(raw, prob.optimizer.init(raw)),
