@@ -41,7 +41,7 @@ CHILD = r"""
 import json, sys, time
 system, hw, model, policy, n, cache = sys.argv[1:7]
 n = int(n)
-iterations = 8 if system == "rebalancing" else 1  # EPLB's window: 8 iterations
+iterations = 16 if system == "rebalancing" else 1  # EPLB: an 8-iteration window, then 8 served
 t0 = time.perf_counter()
 import jax
 from moejax import api

@@ -35,7 +35,11 @@ def _scratch(tmp_path: Path) -> Path:
 
 
 def _run(code: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "COLUMNS": "120"}
+    """Run a bash block in `cwd`; its moejax processes share one persistent compilation cache
+    of their own (fresh per test, beside `cwd`), as a user's commands share theirs: a program
+    that a later command needs again is read back, not compiled again."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "COLUMNS": "120",
+           "MOEJAX_COMPILATION_CACHE": str(cwd.parent / "jax_cache")}
     r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, f"block failed (rc {r.returncode}):\n{code}\n{r.stderr[-3000:]}"

@@ -12,8 +12,6 @@ from moejax import systems
 from moejax.cli.args import DefaultInt, add_distributed_arguments, given, positive_int
 from moejax.errors import ConfigError
 from moejax.runner import distributed
-from moejax.tune import TuneConfig, export, smoothed, tune
-from moejax.tune.loop import build_problem
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -103,6 +101,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    # the tuner (optax, orbax) is imported by the command that runs it: `moejax simulate`
+    # builds this parser too and should not pay for it
+    from moejax.tune import TuneConfig, tune
+
     cfg = config_from_args(TuneConfig, args)
     res = tune(cfg, args.out, resume=args.resume, progress=not args.quiet)
     return finish(args, cfg, res) if distributed.is_writer() else 0
@@ -164,6 +166,9 @@ def finish(args, cfg, res) -> int:
               f"wall {b['wall_s']:.1f} s, CPU {b['cpu_s']:.1f} s")
     print(f"checkpoints in {args.out} (step {res.step}); summary in {args.out}/summary.json")
     if args.export:
+        from moejax.tune import export
+        from moejax.tune.loop import build_problem
+
         path = export.write_policy(args.export, build_problem(cfg, traces=False), res.hard,
                                    res.step, hardware_path=args.export_hardware)
         print(f"wrote policy {path}")
@@ -184,6 +189,8 @@ def _finish_smoothed(args, cfg, res) -> int:
     Console().print(t)
     print(f"tuned decay {res.hard['decay']:.4f}; checkpoints in {args.out} (step {res.step})")
     if args.export:
+        from moejax.tune import smoothed
+
         path = smoothed.write_policy(args.export, cfg, res.hard, res.step)
         print(f"wrote policy {path}")
     return 0

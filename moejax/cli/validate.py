@@ -7,7 +7,6 @@ import argparse
 
 from moejax.errors import ConfigError
 from moejax.output.staging import staged_dir
-from moejax.validation import rows, table
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -26,6 +25,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    # matplotlib (validation.table) loads with the command that needs it, not with the parser
+    from moejax.validation import rows, table
+
     selected = [m for m in rows.load(args.measurements) if (args.only or "") in m.id]
     if not selected:
         raise ConfigError(f"--only {args.only!r}: no measurement id contains it")

@@ -65,6 +65,14 @@ def ring_step_traffic(groups: np.ndarray, chunk_bytes, num_devices: int,
     (two rings in opposite directions over halves of the data, the same g - 1 steps;
     001 §IV-B2 "Packages are sent bi-directionally, step by step").
     """
+    pattern = ring_step_pattern(groups, num_devices, bidirectional)
+    return jnp.asarray(chunk_bytes, jnp.float32)[..., None, None] * pattern
+
+
+def ring_step_pattern(groups: np.ndarray, num_devices: int,
+                      bidirectional: bool = False) -> np.ndarray:
+    """Host float32 [D, D] of one ring step with one byte per member (`ring_step_traffic`
+    of 1 byte, without an XLA call)."""
     groups = np.asarray(groups)
     src = groups.reshape(-1)
     pattern = np.zeros((num_devices, num_devices), np.float32)
@@ -74,7 +82,7 @@ def ring_step_traffic(groups: np.ndarray, chunk_bytes, num_devices: int,
     else:
         pattern[src, np.roll(groups, -1, axis=1).reshape(-1)] = 1.0
     np.fill_diagonal(pattern, 0.0)
-    return jnp.asarray(chunk_bytes, jnp.float32)[..., None, None] * pattern
+    return pattern
 
 
 def reduce_scatter_time_s(volume_bytes, groups, topo: Topology, tau=0.0):

@@ -70,6 +70,25 @@ class Topology:
             )
         return jnp.einsum("...sd,sdl->...l", traffic, jnp.asarray(self.incidence()))
 
+    def link_loads_np(self, traffic) -> np.ndarray:
+        """`link_loads` on the host for static geometry (traffic [..., D, D] -> float32
+        [..., Lk]): the float32 traffic summed in float64 and rounded once, so a constant table
+        costs no XLA compile while a system is traced."""
+        t = np.asarray(traffic, np.float32).astype(np.float64)
+        t = t * (1.0 - np.eye(t.shape[-1]))
+        if self.kind in ("mesh2d", "multi_wafer_mesh"):
+            out = _mesh_loads(t, self.rows, self.cols, np)
+        elif self.kind == "switch":
+            out = np.concatenate([t.sum(-1), t.sum(-2)], axis=-1)
+        elif self.kind == "hierarchical":
+            same = _same_node(self.num_devices, self.devices_per_node)
+            intra, inter = t * same, t * (1.0 - same)
+            out = np.concatenate(
+                [intra.sum(-1), intra.sum(-2), inter.sum(-1), inter.sum(-2)], axis=-1)
+        else:
+            out = np.einsum("...sd,sdl->...l", t, self.incidence().astype(np.float64))
+        return out.astype(np.float32)
+
     def incidence(self) -> np.ndarray:
         """Dense routing matrix [D, D, Lk] of 0/1 (the definition `link_loads` implements)."""
         return _incidence(self)
@@ -174,8 +193,9 @@ def _mesh(spec: TopologySpec) -> Topology:
     )
 
 
-def _mesh_loads(traffic, rows: int, cols: int):
-    """XY-routed link loads by prefix masks: O(D * (R + C)) per matrix, no incidence matrix."""
+def _mesh_loads(traffic, rows: int, cols: int, xp=jnp):
+    """XY-routed link loads by prefix masks: O(D * (R + C)) per matrix, no incidence matrix
+    (`xp`: jax.numpy in a traced program, NumPy for host tables)."""
     t = traffic.reshape(*traffic.shape[:-2], rows, cols, rows, cols)  # [.., sr, sc, dr, dc]
     a = t.sum(-2)  # [.., r, sc, dc]: X leg happens in the source row
     b = t.sum(-3)  # [.., sr, dr, c]: Y leg happens in the destination column
@@ -185,12 +205,12 @@ def _mesh_loads(traffic, rows: int, cols: int):
     rr = np.arange(rows)
     le_r = (rr[None, :] <= rr[:-1, None]).astype(np.float32)  # [R-1 (cut), R]
     gt_r = (rr[None, :] > rr[:-1, None]).astype(np.float32)
-    east = jnp.einsum("...rsd,cs,cd->...rc", a, le_c, gt_c)
-    west = jnp.einsum("...rsd,cs,cd->...rc", a, gt_c, le_c)
-    south = jnp.einsum("...sdc,rs,rd->...rc", b, le_r, gt_r)
-    north = jnp.einsum("...sdc,rs,rd->...rc", b, gt_r, le_r)
+    east = xp.einsum("...rsd,cs,cd->...rc", a, le_c, gt_c)
+    west = xp.einsum("...rsd,cs,cd->...rc", a, gt_c, le_c)
+    south = xp.einsum("...sdc,rs,rd->...rc", b, le_r, gt_r)
+    north = xp.einsum("...sdc,rs,rd->...rc", b, gt_r, le_r)
     lead = traffic.shape[:-2]
-    return jnp.concatenate(
+    return xp.concatenate(
         [x.reshape(*lead, -1) for x in (east, west, south, north)], axis=-1
     )
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from moejax.errors import ConfigError
 from moejax.runner import programs
-from moejax.runner.engine import batch_size, default_chunk, run_one
+from moejax.runner.engine import batch_size, compiled_program, default_chunk, run_one
 from moejax.trace.chunked import ChunkedTraces
 from moejax.trace.core import Trace
 
@@ -68,14 +68,39 @@ def available_bytes() -> int:
     return int(avail)
 
 
-def metric_bytes_per_trace(system, params, traces) -> tuple[int, int]:
-    """(bytes of one trace's metrics, number of scalar metrics) by `jax.eval_shape`."""
+def metric_bytes_per_trace(system, params, traces, chunk: int | None = None) -> tuple[int, int]:
+    """(bytes of one trace's metrics, number of scalar metrics) by `jax.eval_shape`.
 
-    one = _one_trace_shapes(traces)
-    out = jax.eval_shape(lambda t, k: run_one(system, params, t, k), one, jax.random.key(0))
+    chunk: the rows of the compiled call `engine.simulate` will make; the shapes then come
+    from that program's own `eval_shape` with the call's argument shapes, so its tracing is
+    the one the call reuses (tracing a system costs 0.2-1 s on CPU, also with a warm
+    persistent cache).
+    """
+    if chunk is None:
+        one = _one_trace_shapes(traces)
+        out = jax.eval_shape(lambda t, k: run_one(system, params, t, k), one,
+                             jax.random.key(0))
+        leaves = jax.tree_util.tree_leaves(out)
+        nbytes = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
+        return nbytes, sum(1 for x in leaves if x.shape == ())
+    impl = str(jax.config.jax_default_prng_impl)
+    keys = jax.eval_shape(lambda: jax.random.key_data(jax.random.split(jax.random.key(0),
+                                                                       chunk)))
+    prog = compiled_program(system, False, impl)
+    out = getattr(prog, "fn", prog).eval_shape(params, _chunk_shapes(traces, chunk), keys)
     leaves = jax.tree_util.tree_leaves(out)
-    nbytes = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
-    return nbytes, sum(1 for x in leaves if x.shape == ())
+    nbytes = sum(int(np.prod(x.shape[1:])) * np.dtype(x.dtype).itemsize for x in leaves)
+    return nbytes, sum(1 for x in leaves if x.shape[1:] == ())
+
+
+def _chunk_shapes(traces, chunk: int):
+    """ShapeDtypeStructs of a compiled call's traces: `chunk` rows of the batch."""
+    if isinstance(traces, ChunkedTraces):
+        return jax.tree_util.tree_map(
+            lambda x: jax.ShapeDtypeStruct((chunk, *x.shape), x.dtype), _one_trace_shapes(traces))
+    return jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct((chunk, *np.shape(x)[1:]) if np.ndim(x) else (),
+                                       x.dtype), traces)
 
 
 def _one_trace_shapes(traces):
@@ -185,7 +210,7 @@ def check(system, params, traces, chunk_size: int | None) -> int:
     # first: tracing the system for the metrics' shapes builds its per-token constants
     check_traces_fit(held=0, working=1, trace_bytes=trace_bytes, scratch_bytes=scratch_bytes,
                      shape=trace_shape(traces))
-    metric_bytes, metric_scalars = (metric_bytes_per_trace(system, params, traces)
+    metric_bytes, metric_scalars = (metric_bytes_per_trace(system, params, traces, chunk)
                                     if n > chunk else (0, 0))
     return plan_chunk(n, chunk, trace_bytes=trace_bytes, scratch_bytes=scratch_bytes,
                       metric_bytes=metric_bytes, metric_scalars=metric_scalars,

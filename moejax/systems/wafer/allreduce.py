@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from moejax.physics import collectives, eq1
@@ -34,16 +33,24 @@ def allreduce_phases(cfg: WaferConfig, n_tokens):
     phases = []  # (steps, traffic of one step [D, D])
     g = m.groups.shape[1]
     if g > 1:
-        step = collectives.ring_step_traffic(m.groups, vol / g, d, cfg.bidirectional_rings)
+        step = _ring_step(m.groups, vol / g, d, cfg.bidirectional_rings)
         phases.append((g - 1, step))
         if m.name != "her" and m.retain_allgather:
             phases.append((g - 1, step))
     if m.name == "her":
         w = m.wafer_peers.shape[1]
-        step = collectives.ring_step_traffic(m.wafer_peers, vol / g, d,
-                                             cfg.bidirectional_rings)
+        step = _ring_step(m.wafer_peers, vol / g, d, cfg.bidirectional_rings)
         phases.append((w - 1, step))
     return phases
+
+
+def _ring_step(groups, chunk_bytes, num_devices: int, bidirectional: bool):
+    """`collectives.ring_step_traffic`; a Python-number chunk (the static per-token table)
+    on the host: the same float32 product without an XLA call."""
+    if isinstance(chunk_bytes, (int, float)):
+        return np.float32(chunk_bytes) * collectives.ring_step_pattern(groups, num_devices,
+                                                                       bidirectional)
+    return collectives.ring_step_traffic(groups, chunk_bytes, num_devices, bidirectional)
 
 
 @functools.lru_cache(maxsize=64)
@@ -51,13 +58,12 @@ def allreduce_unit_phases(cfg: WaferConfig):
     """Static [(steps, link bytes per token [Lk] of one step, latency_s of one step,
     Eq. 1 port parts per token (bw [Pt], latency [Pt]) of one step or None)]."""
     out = []
-    with jax.ensure_compile_time_eval():  # static geometry, also when first called under jit
-        phases = [(steps, np.asarray(step, np.float32))
-                  for steps, step in allreduce_phases(cfg, 1.0)]
-        loads_of = [np.asarray(cfg.topo.link_loads(jnp.asarray(st)), np.float64)
-                    for _, st in phases]
-        ports_of = [eq1.port_parts_np(st, eq1.tables(cfg.topo, cfg.eq1_ports)) if cfg.eq1
-                    else None for _, st in phases]
+    # static geometry on the host (NumPy), also when first called under jit
+    phases = [(steps, np.asarray(step, np.float32))
+              for steps, step in allreduce_phases(cfg, 1.0)]
+    loads_of = [cfg.topo.link_loads_np(st).astype(np.float64) for _, st in phases]
+    ports_of = [eq1.port_parts_np(st, eq1.tables(cfg.topo, cfg.eq1_ports)) if cfg.eq1
+                else None for _, st in phases]
     for (steps, step), loads, ports in zip(phases, loads_of, ports_of, strict=True):
         # a phase equal to an earlier one (the retained all-gather repeats the reduce-scatter's
         # ring steps) folds into it: k * x + k * x == (2 k) * x exactly in floating point

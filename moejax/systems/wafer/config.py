@@ -176,10 +176,18 @@ def default_params(cfg: WaferConfig, *, alpha: float = 0.0, beta: float = 0.0) -
     e, d = cfg.model.num_experts, cfg.num_devices
     if cfg.expert_shards:
         g = cfg.esp_groups
-        place = jax.nn.one_hot(g[np.arange(e) * g.shape[0] // e, 0], d)
+        native = g[np.arange(e) * g.shape[0] // e, 0]
     else:
-        place = jax.nn.one_hot(np.arange(e) * d // e, d)
-    return WaferParams(place, jnp.zeros((e, d)), jnp.float32(alpha), jnp.float32(beta))
+        native = np.arange(e) * d // e
+    # host NumPy put on the device: building params compiles nothing (`jnp.asarray` of a
+    # host array and `jnp.float32` each compile a small XLA program per shape)
+    return jax.device_put(WaferParams(one_hot_np(native, d), np.zeros((e, d), np.float32),
+                                      np.float32(alpha), np.float32(beta)))
+
+
+def one_hot_np(ids, num: int) -> np.ndarray:
+    """float32 [len(ids), num] one-hot rows of device ids (`jax.nn.one_hot` on the host)."""
+    return np.eye(num, dtype=np.float32)[np.asarray(ids)]
 
 
 def time_scale_s(cfg: WaferConfig) -> float:

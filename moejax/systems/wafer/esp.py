@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -36,12 +35,11 @@ def esp_unit_steps(cfg: WaferConfig):
     """
     g = cfg.esp_groups
     d = cfg.num_devices
-    with jax.ensure_compile_time_eval():
-        steps = np.stack([np.asarray(collectives.ring_step_traffic(g[x:x + 1], 1.0, d))
-                          for x in range(g.shape[0])])  # [X, D, D]
-        loads = np.asarray(cfg.topo.link_loads(jnp.asarray(steps)), np.float64)
-        ports = eq1.port_parts_np(steps, eq1.tables(cfg.topo, cfg.eq1_ports)) if cfg.eq1 \
-            else None
+    steps = np.stack([collectives.ring_step_pattern(g[x:x + 1], d)
+                      for x in range(g.shape[0])])  # [X, D, D], host NumPy
+    loads = cfg.topo.link_loads_np(steps).astype(np.float64)
+    ports = eq1.port_parts_np(steps, eq1.tables(cfg.topo, cfg.eq1_ports)) if cfg.eq1 \
+        else None
     lat = (cfg.topo.path_latency_s[None] * (steps > 0)).max(axis=(1, 2))
     return loads, lat, ports
 

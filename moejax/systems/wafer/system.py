@@ -56,6 +56,7 @@ from moejax.systems.wafer.config import (
     WaferParams,
     default_params,
     make_config,
+    one_hot_np,
 )
 from moejax.systems.wafer.layer import is_binary, layer
 from moejax.systems.wafer.migration import (
@@ -307,5 +308,5 @@ def from_policy(platform: Platform, model: ModelSpec, t, num_iterations: int):
         if len(placement) != e or not all(0 <= x < d for x in placement):
             raise ConfigError(f"{t.where}: key 'placement' needs {e} device ids in [0, {d}), "
                               f"got {len(placement)} ids")
-        params = params.replace(placement=jax.nn.one_hot(np.asarray(placement), d))
+        params = params.replace(placement=jax.device_put(one_hot_np(placement, d)))
     return build(cfg, num_iterations), params

@@ -100,10 +100,8 @@ def unit_tables(cfg: WaferConfig, counts_only: bool) -> UnitTables | None:
     step = max(1, (1 << 22) // (d * d * max(1, pt // d)))
     for a in range(0, n, step):
         t = np.einsum("uhd,hds->usd", w[a:a + step], split)  # [u, D(src), D(dst)]
-        with jax.ensure_compile_time_eval():  # static geometry, also when called under jit
-            parts["d_loads"].append(np.asarray(cfg.topo.link_loads(jnp.asarray(t))))
-            parts["c_loads"].append(np.asarray(cfg.topo.link_loads(
-                jnp.asarray(t.transpose(0, 2, 1)))))
+        parts["d_loads"].append(cfg.topo.link_loads_np(t))  # host NumPy: static geometry
+        parts["c_loads"].append(cfg.topo.link_loads_np(t.transpose(0, 2, 1)))
         if cfg.eq1:  # host NumPy: static geometry
             tab = eq1.tables(cfg.topo, cfg.eq1_ports)
             for k, tt in (("d", t), ("c", t.transpose(0, 2, 1))):
