@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 from moejax.errors import ConfigError
-from moejax.tune import TuneConfig, restore, tune
+from moejax.tune import TuneConfig, restore, search_aep, tune
 from moejax.tune import search as srch
-from moejax.tune import search_aep
 
 AEP = dict(system="aep", hardware="a100x8-nvswitch", model="mixtral-8x7b", policy="aep-defrag",
            params=("decay",), relaxation="smoothed", loss="mean", init="default", steps=3,
@@ -57,7 +56,7 @@ def test_aep_gradient_reports_budget_and_curve(tmp_path):
     tune(TuneConfig(**{**AEP, "steps": 2}), tmp_path / "g", progress=False)
     s = json.loads((tmp_path / "g" / "summary.json").read_text())
     assert s["budget"]["unit"] == "streams" and s["budget"]["relaxed_evaluations"] == 2
-    assert s["budget"]["layer_traces"] == 2 * 2 * 1 * 1  # steps x 2 samples x traces
+    assert s["budget"]["layer_traces"] == 2 * 2 * 1 * 1  # steps x 2 x samples x traces
     assert [c["evals"] for c in s["curve"]] == [1, 2] and "train_loss_hard" in s
     assert s["curve"][-1]["decay"] == s["tuned"]
 

@@ -19,9 +19,17 @@ the held-out traces):
 - wafer_placement: the 001 wafer system on wsc-4x4, expert placement and the Eq. 2
   balancer's alpha (128 + 1 decisions).
 - dysharp: DySHARP on gh200-nvl32 (64 experts on 32 GPUs), placement and comm SMs.
+- ep_recorded: EP placement per layer on recorded routing: the ESFT intent recording
+  (`balancing_data`; deepseek-moe-16b, layers 1 and 13), one sequence (~64 tokens) per
+  trace, 16 training sequences from its first half, held out from its second half, on
+  dgx-b200-4node (64 experts on 32 GPUs over 4 nodes: 2 x 64 decisions).
 - fsedp_knobs: FSE-DP token buffering on chiplet-2x2 (micro-slices, theta_min, slack:
   three knobs, a piecewise-constant objective).
 - epsmoe: EPS-MoE on h800x8 (pipeline degree, GEMM switch rows, comm SMs: three knobs).
+- aep_decay: AEP's defragging decay delta (002 Algorithm 1; mixtral-8x7b on a100x8-nvswitch,
+  Poisson 200 req/s, 8 requests per stream; loss = mean inter-token latency, ms): one
+  knob, searched by the smoothed gradient, TPE, random search and the grid (CMA-ES needs
+  two or more dimensions); its budget unit is a simulated request stream.
 - codesign: FSE-DP hardware (weight buffer, DDR and D2D bandwidth) and micro-slices tuned
   jointly under the 000 Eq. (1)-(2) area / power budget (`ChipletBudget` defaults).
 
@@ -112,10 +120,10 @@ FAMILIES = {f.name: f for f in (
            (("init", "default"), ("lr", 0.1), ("relaxation", "system")),
            methods=("tpe", "cmaes", "random", "grid"), placement=False),
     Family("aep_decay", "AEP decay delta (002 Algorithm 1): mixtral-8x7b, a100x8-nvswitch, "
-           "Poisson 200 req/s, 16 requests / stream; mean ITL (budget in streams)",
+           "Poisson 200 req/s, 8 requests / stream; mean ITL (budget in streams)",
            (("system", "aep"), ("policy", "aep-defrag"), ("hardware", "a100x8-nvswitch"),
             ("model", "mixtral-8x7b"), ("params", ("decay",)), ("relaxation", "smoothed"),
-            ("requests", 16), ("traces", 2), ("batch", 2), ("samples", 2)),
+            ("requests", 8), ("traces", 2), ("batch", 2), ("samples", 1)),
            (("init", "default"), ("lr", 0.3), ("warmup", 2), ("tau_start", 0.2),
             ("tau_end", 0.05)),
            methods=("tpe", "random", "grid"), placement=False),
@@ -133,8 +141,8 @@ FAMILIES = {f.name: f for f in (
 QUICK = Grid(True, families=(
     ("ep_placement", 3200, (0, 1), 128), ("ep_replicas", 3200, (0, 1), 128),
     ("wafer_placement", 1600, (0,), 64), ("dysharp", 1600, (0,), 64),
-    ("ep_recorded", 3200, (0,), 64), ("fsedp_knobs", 240, (0,), 32),
-    ("epsmoe", 640, (0,), 16), ("aep_decay", 96, (0,), 8), ("codesign", 400, (0,), 32)),
+    ("ep_recorded", 1600, (0,), 64), ("fsedp_knobs", 240, (0,), 32),
+    ("epsmoe", 640, (0,), 16), ("aep_decay", 48, (0,), 4), ("codesign", 400, (0,), 32)),
     grad_fractions=(0.25, 1.0), greedy=False)
 FULL = Grid(False, families=(
     ("ep_placement", 12800, (0, 1, 2), 256), ("ep_replicas", 12800, (0, 1, 2), 256),
