@@ -41,9 +41,11 @@ anneals over its length, so its rounding mid-run is not a shorter run's result).
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -173,7 +175,9 @@ def recording(workload: str, layers: tuple, train: int, held: int) -> tuple[str,
     counts = np.asarray(rec["counts"], np.float64)[:, list(layers)]
     half = counts.shape[0] // 2
     test = counts[half:][:held]
-    path = Path(tempfile.mkdtemp(prefix="moejax-tuning-")) / f"{workload}.npz"
+    folder = tempfile.mkdtemp(prefix="moejax-tuning-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # removed when the run ends
+    path = Path(folder) / f"{workload}.npz"
     trace_io.save(path, from_counts(np.concatenate([counts[:train], test]),
                                     int(rec["top_k"])),
                   {"workload": workload, "layers": list(layers), "train": train})
