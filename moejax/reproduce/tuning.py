@@ -19,9 +19,17 @@ the held-out traces):
 - wafer_placement: the 001 wafer system on wsc-4x4, expert placement and the Eq. 2
   balancer's alpha (128 + 1 decisions).
 - dysharp: DySHARP on gh200-nvl32 (64 experts on 32 GPUs), placement and comm SMs.
+- ep_recorded: EP placement per layer on recorded routing: the ESFT intent recording
+  (`balancing_data`; deepseek-moe-16b, layers 1 and 13), one sequence (~64 tokens) per
+  trace, 16 training sequences from its first half, held out from its second half, on
+  dgx-b200-4node (64 experts on 32 GPUs over 4 nodes: 2 x 64 decisions).
 - fsedp_knobs: FSE-DP token buffering on chiplet-2x2 (micro-slices, theta_min, slack:
   three knobs, a piecewise-constant objective).
 - epsmoe: EPS-MoE on h800x8 (pipeline degree, GEMM switch rows, comm SMs: three knobs).
+- aep_decay: AEP's defragging decay delta (002 Algorithm 1; mixtral-8x7b on a100x8-nvswitch,
+  Poisson 200 req/s, 8 requests per stream; loss = mean inter-token latency, ms): one
+  knob, searched by the smoothed gradient, TPE, random search and the grid (CMA-ES needs
+  two or more dimensions); its budget unit is a simulated request stream.
 - codesign: FSE-DP hardware (weight buffer, DDR and D2D bandwidth) and micro-slices tuned
   jointly under the 000 Eq. (1)-(2) area / power budget (`ChipletBudget` defaults).
 
@@ -33,19 +41,24 @@ anneals over its length, so its rounding mid-run is not a shorter run's result).
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from moejax.reproduce import balancing_data as bdata
 from moejax.reproduce import tuning_claims as claims
 from moejax.reproduce import tuning_figures as figs
 from moejax.reproduce.study import Check, Figure, Grid, Rows, Study
-from moejax.tune import TuneConfig, tune
+from moejax.trace import from_counts
+from moejax.trace import io as trace_io
+from moejax.tune import TuneConfig, search_aep, smoothed, tune
 from moejax.tune import search as srch
 from moejax.tune.loop import build_problem
 
@@ -64,6 +77,9 @@ class Family:
     grad: tuple = ()  # TuneConfig fields of the gradient runs
     methods: tuple = ("tpe", "cmaes", "random")
     placement: bool = True
+    # recorded routing: (workload of `balancing_data`, layers kept, training sequences);
+    # the run reads a recording written from it (`recording`), held out = its second half
+    recorded: tuple = ()
 
 
 FAMILIES = {f.name: f for f in (
@@ -84,6 +100,13 @@ FAMILIES = {f.name: f for f in (
             ("iterations", 1), ("params", ("placement", "comm_sms")), ("traces", 16),
             ("batch", 8)),
            (("init", "random"), ("lr", 0.1), ("relaxation", "system"))),
+    Family("ep_recorded", "EP placement per layer, recorded routing: ESFT intent "
+           "(deepseek-moe-16b, layers 1 and 13, one sequence of ~64 tok per trace), "
+           "dgx-b200-4node",
+           (("system", "ep"), ("hardware", "dgx-b200-4node"), ("model", "deepseek-moe-16b"),
+            ("params", ("placement",)), ("per_layer", True), ("traces", 16), ("batch", 8)),
+           (("init", "random"), ("lr", 0.1), ("tau_end", 0.005)),
+           recorded=("esft_intent", (1, 13), 16)),
     Family("fsedp_knobs", "FSE-DP buffering: qwen3-30b-a3b, chiplet-2x2, 16 tok; "
            "micro-slices, theta_min, slack",
            (("system", "fsedp"), ("policy", "fsedp-buffered"), ("hardware", "chiplet-2x2"),
@@ -98,6 +121,14 @@ FAMILIES = {f.name: f for f in (
             ("params", ("pn", "switch_rows", "sm_comm")), ("traces", 16), ("batch", 4)),
            (("init", "default"), ("lr", 0.1), ("relaxation", "system")),
            methods=("tpe", "cmaes", "random", "grid"), placement=False),
+    Family("aep_decay", "AEP decay delta (002 Algorithm 1): mixtral-8x7b, a100x8-nvswitch, "
+           "Poisson 200 req/s, 8 requests / stream; mean ITL (budget in streams)",
+           (("system", "aep"), ("policy", "aep-defrag"), ("hardware", "a100x8-nvswitch"),
+            ("model", "mixtral-8x7b"), ("params", ("decay",)), ("relaxation", "smoothed"),
+            ("requests", 8), ("traces", 2), ("batch", 2), ("samples", 1)),
+           (("init", "default"), ("lr", 0.3), ("warmup", 2), ("tau_start", 0.2),
+            ("tau_end", 0.05)),
+           methods=("tpe", "random", "grid"), placement=False),
     Family("codesign", "co-design: FSE-DP buffer, DDR, D2D + micro-slices under 000 Eq. "
            "(1)-(2) (30 mm^2, 60 W), qwen3-30b-a3b, chiplet-2x2, 16 tok",
            (("system", "fsedp"), ("policy", "fsedp-paired"), ("hardware", "chiplet-2x2"),
@@ -112,19 +143,45 @@ FAMILIES = {f.name: f for f in (
 QUICK = Grid(True, families=(
     ("ep_placement", 3200, (0, 1), 128), ("ep_replicas", 3200, (0, 1), 128),
     ("wafer_placement", 1600, (0,), 64), ("dysharp", 1600, (0,), 64),
-    ("fsedp_knobs", 240, (0,), 32), ("epsmoe", 640, (0,), 16), ("codesign", 400, (0,), 32)),
+    ("ep_recorded", 1600, (0,), 64), ("fsedp_knobs", 240, (0,), 32),
+    ("epsmoe", 640, (0,), 16), ("aep_decay", 48, (0,), 4), ("codesign", 400, (0,), 32)),
     grad_fractions=(0.25, 1.0), greedy=False)
 FULL = Grid(False, families=(
     ("ep_placement", 12800, (0, 1, 2), 256), ("ep_replicas", 12800, (0, 1, 2), 256),
     ("wafer_placement", 6400, (0, 1, 2), 128), ("dysharp", 6400, (0, 1, 2), 128),
+    ("ep_recorded", 12800, (0, 1, 2), 64),
     ("fsedp_knobs", 1920, (0, 1, 2), 64), ("epsmoe", 2560, (0, 1, 2), 32),
+    ("aep_decay", 384, (0, 1, 2), 16),
     ("codesign", 1600, (0, 1, 2), 64)),
     grad_fractions=(0.125, 0.25, 0.5, 1.0), greedy=True)
 
 
 def base_config(fam: Family, seed: int, eval_traces: int) -> TuneConfig:
-    return TuneConfig(seed=seed, eval_traces=eval_traces, every=10_000, keep=1,
-                      **dict(fam.kw))
+    kw = dict(fam.kw)
+    if fam.recorded:
+        path, train, held = recording(*fam.recorded, eval_traces)
+        kw.update(trace=path, train_fraction=train / (train + held))
+    return TuneConfig(seed=seed, eval_traces=eval_traces, every=10_000, keep=1, **kw)
+
+
+@functools.cache
+def recording(workload: str, layers: tuple, train: int, held: int) -> tuple[str, int, int]:
+    """(path, training, held-out sequences) of a recording written once per process: the
+    first `train` sequences of the workload's training half (`balancing_data`: ESFT's first
+    half of sequences), then up to `held` sequences of its held-out half, `layers` kept.
+    One trace per sequence (its counts as recorded: the tokens within a sequence stay
+    together)."""
+    rec = bdata.recordings()[workload]
+    counts = np.asarray(rec["counts"], np.float64)[:, list(layers)]
+    half = counts.shape[0] // 2
+    test = counts[half:][:held]
+    folder = tempfile.mkdtemp(prefix="moejax-tuning-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # removed when the run ends
+    path = Path(folder) / f"{workload}.npz"
+    trace_io.save(path, from_counts(np.concatenate([counts[:train], test]),
+                                    int(rec["top_k"])),
+                  {"workload": workload, "layers": list(layers), "train": train})
+    return str(path), train, int(test.shape[0])
 
 
 def run_one(cfg: TuneConfig) -> dict:
@@ -140,20 +197,35 @@ def spread(cfg: TuneConfig, samples: int = SPREAD_SAMPLES) -> dict:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    prob = build_problem(dataclasses.replace(cfg, search="random"))
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=cfg.seed + 100))
-    vals = np.array([srch.hard_objective(prob, srch.decode(prob, srch.suggest(
-        study.ask(), prob, "random")), prob.heldout) for _ in range(samples)])
+    if cfg.relaxation == "smoothed":  # aep decay: u uniform in the searched range
+        prob = smoothed.aep_problem(cfg)
+        us = [study.ask().suggest_float("decay", srch.U_LO, srch.U_HI) for _ in range(samples)]
+        vals = search_aep.objective(prob, [search_aep.decay_of(prob, u) for u in us],
+                                    prob.heldout)
+    else:
+        prob = build_problem(dataclasses.replace(cfg, search="random"))
+        vals = np.array([srch.hard_objective(prob, srch.decode(prob, srch.suggest(
+            study.ask(), prob, "random")), prob.heldout) for _ in range(samples)])
     return {"random_min": float(vals.min()), "random_median": float(np.median(vals)),
             "random_max": float(vals.max()),
             "spread_pct": float((vals.max() - vals.min()) / vals.min() * 100)}
 
 
 def _cost(cfg: TuneConfig, search: str) -> int:
-    """Simulated layer-traces of one trial (black box) or step (gradient)."""
+    """Simulated layer-traces of one trial (black box) or step (gradient); aep: streams."""
+    if cfg.relaxation == "smoothed":
+        return search_aep.grad_cost_per_step(cfg) if search == "grad" else cfg.traces
     prob = build_problem(dataclasses.replace(cfg, search=search, steps=1))
     return srch.grad_cost_per_step(prob) if search == "grad" else srch.engine_traces(
         prob.train)
+
+
+def mean_ms(ev: dict, key: str) -> float:
+    """Held-out mean of evaluation row `key`, in ms: MoE-layer latency, or AEP's mean
+    inter-token latency."""
+    m = ev[key]
+    return m["latency_ms"]["mean"] if "latency_ms" in m else m["itl_mean_s"] * 1e3
 
 
 def _row(fam, seed, method, value, **more):
@@ -192,16 +264,15 @@ def family_rows(name: str, grid: Grid) -> Rows:
                               "train_ms": c["train"], "heldout_ms": c["heldout"]})
             if frac == 1.0:
                 ev, b = s["evaluation"], s["budget"]
-                final.append(_row(name, seed, method, ev["tuned"]["latency_ms"]["mean"],
+                final.append(_row(name, seed, method, mean_ms(ev, "tuned"),
                                   layer_traces=b["layer_traces"],
                                   hard_evaluations=b["hard_evaluations"],
                                   relaxed_evaluations=b["relaxed_evaluations"],
                                   wall_s=b["wall_s"], cpu_s=b["cpu_s"]))
         # the heuristics (the same rows in every run's evaluation): the default, and the
         # best of the setup's baselines (heuristics, or its coarse hard grid) by name
-        final.append(_row(name, seed, "default", ev["default"]["latency_ms"]["mean"]))
-        heur = {k: v["latency_ms"]["mean"] for k, v in ev.items()
-                if k not in ("tuned", "default")}
+        final.append(_row(name, seed, "default", mean_ms(ev, "default")))
+        heur = {k: mean_ms(ev, k) for k in ev if k not in ("tuned", "default")}
         if heur:
             h = min(heur, key=heur.get)
             final.append(_row(name, seed, "best-heuristic", heur[h], heuristic=h))

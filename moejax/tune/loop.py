@@ -110,9 +110,9 @@ class TuneConfig:
                               f"{', '.join(RELAXATIONS)}")
         if self.search not in SEARCHES:
             raise ConfigError(f"search = {self.search!r}; allowed: {', '.join(SEARCHES)}")
-        if self.search != "grad" and self.relaxation == "smoothed":
-            raise ConfigError(f"search = {self.search!r} with relaxation = 'smoothed': the "
-                              "smoothed AEP decay is tuned by search = 'grad' only")
+        if self.search == "cmaes" and self.relaxation == "smoothed":  # CMA-ES needs 2+ dims
+            raise ConfigError("search = 'cmaes' with relaxation = 'smoothed': AEP decay is one "
+                              "knob (CMA-ES needs two or more); allowed: grad, tpe, random, grid")
         if self.init not in INITS:
             raise ConfigError(f"init = {self.init!r}; allowed: {', '.join(INITS)}")
         for k in ("steps", "traces", "batch", "eval_traces", "tokens", "iterations", "layers",

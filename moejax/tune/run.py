@@ -16,7 +16,7 @@ import jax
 from moejax import systems
 from moejax.errors import CheckpointError, ConfigError
 from moejax.tune import checkpoint as ck
-from moejax.tune import parallel, search, smoothed
+from moejax.tune import parallel, search, search_aep, smoothed
 from moejax.tune.loop import (
     Problem,
     TuneConfig,
@@ -49,11 +49,14 @@ def tune(cfg: TuneConfig, out: str | Path, *, resume: bool = False, progress: bo
         if jax.process_count() > 1:
             raise ConfigError(f"search = {cfg.search!r} runs in one process; allowed over "
                               "several processes: grad")
+        if cfg.relaxation == "smoothed":  # aep decay (moejax.tune.search_aep)
+            return search_aep.tune_black_box_aep(cfg, out, **kw)
         return search.tune_black_box(cfg, out, **kw)
     if jax.process_count() > 1:  # data-parallel over processes (moejax.runner.distributed)
         return parallel.tune(cfg, out, **kw)
     if cfg.relaxation == "smoothed":
-        return smoothed.tune_smoothed(cfg, out, **kw)
+        observer = search_aep.SmoothedObserver(cfg, out) if evaluate_heldout else None
+        return smoothed.tune_smoothed(cfg, out, observer=observer, **kw)
     observer = search.GradientObserver(build_problem(cfg), out, resume) if (
         evaluate_heldout) else None
     return tune_gradient(cfg, out, observer=observer, **kw)

@@ -27,9 +27,9 @@ Encodings of the decisions (what a black-box method sees):
   but the grid: E + 2R floats in [0, 1) (`replica_shares`): random keys for the primary
   placement, and per redundant slot an expert (or empty) and a device; replicas split
   their expert's tokens evenly. A knob over an index of allowed values (EPS-MoE's
-  pipeline degree, a `divs` tuple) is searched by its index. Per-layer replicas, the
-  smoothed AEP decay and EPS-MoE's chunk assignment: no black-box encoding (`check`
-  refuses them, one line, before anything is written).
+  pipeline degree, a `divs` tuple) is searched by its index. Per-layer replicas and
+  EPS-MoE's chunk assignment: no black-box encoding (`check` refuses them, one line,
+  before anything is written). AEP's smoothed decay: `moejax.tune.search_aep`.
 
 A trial is evaluated on every training trace (the exact training objective; a gradient
 step sees `--batch` of them). The incumbent after n trials is the trial with the lowest

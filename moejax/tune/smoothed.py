@@ -125,7 +125,8 @@ class AEPProblem:
     def metrics(self, decays, streams=None) -> dict:
         """Hard-mode metrics [P] (mean over streams; train by default) of decays [P]."""
         streams = self.train if streams is None else streams
-        out = run_decays(self.system, self.base, decays, streams, self.sim_key)
+        group = min(8, np.size(decays))  # one compiled loop per count up to 8, no padding
+        out = run_decays(self.system, self.base, decays, streams, self.sim_key, group=group)
         return {k: v.mean(1) for k, v in out.items()}
 
     def loss(self, decays, streams=None) -> np.ndarray:
@@ -162,11 +163,15 @@ def aep_problem(cfg) -> AEPProblem:
 
 
 def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool = True,
-                  callback=None, evaluate_heldout: bool = True):
+                  callback=None, evaluate_heldout: bool = True, observer=None):
     """`run.tune` for relaxation = 'smoothed' (AEP decay): each update draws `samples`
     antithetic pairs at sigma = tau_at(step), estimates dF/ddelta, maps it to raw, and
-    applies the optax chain; checkpoints and resume as in `loop.tune_gradient`."""
+    applies the optax chain; checkpoints and resume as in `loop.tune_gradient`.
+    observer: `search_aep.SmoothedObserver` (budget and curve), called with (step, decay)
+    after each update; after the held-out evaluation it adds both to summary.json."""
     prob = aep_problem(cfg)
+    if observer is not None:
+        observer.start(prob)
     f = prob.family
     default = float(prob.base.decay)
     start = default if cfg.init == "default" else None
@@ -191,10 +196,13 @@ def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool 
                 mgr.save(step, ck.flatten_state(raw, opt_state),
                          {"run": cfg.spec(), "history": history}, force=True)
             advance(value, sigma, abs(float(grads["decay"])))
+            if observer is not None:
+                observer(step, f.hard(raw["decay"]))
             if callback is not None:
                 callback(step, value)
     mgr.close()
     hard = {"decay": f.hard(raw["decay"])}
+    budget = {}
     evaluation = {}
     if evaluate_heldout:
         evaluation = evaluate_aep(prob, hard["decay"], default)
@@ -207,7 +215,9 @@ def tune_smoothed(cfg, out: str | Path, *, resume: bool = False, progress: bool 
                                [f.hard(f.init(None, start)), hard["decay"]]).tolist(),
                                strict=True)),
                            "evaluation": evaluation})
-    return TuneResult(raw, hard, history, evaluation, step)
+        if observer is not None:
+            budget = observer.finish(step)
+    return TuneResult(raw, hard, history, evaluation, step, budget)
 
 
 def _apply(opt, grads, opt_state, raw):
