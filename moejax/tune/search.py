@@ -100,6 +100,27 @@ def grad_cost_per_step(prob: loop.Problem) -> int:
     return cost
 
 
+def cumulative_times(trials) -> tuple[np.ndarray, np.ndarray]:
+    """Wall and CPU seconds spent up to each trial (cumulative sums, seconds)."""
+    return (np.cumsum([t.user_attrs.get("wall_s", 0.0) for t in trials]),
+            np.cumsum([t.user_attrs.get("cpu_s", 0.0) for t in trials]))
+
+
+def save_best(out, cfg, prob, raw, trials, best_so_far, cost, **about) -> dict:
+    """Save the best trial's raw parameters as the run's checkpoint (unless a finished search
+    was resumed: already saved) and return the search's budget: simulated layer-traces (or
+    `about`'s unit) at `cost` per trial, hard evaluations, wall and CPU seconds."""
+    mgr = ck.Checkpoints(out, every=1, keep=cfg.keep)
+    if mgr.latest_step() != len(trials):
+        mgr.save(len(trials), ck.flatten_state(raw, prob.optimizer.init(raw)),
+                 {"run": cfg.spec(), "history": best_so_far.tolist()}, force=True)
+    mgr.close()
+    walls, cpus = cumulative_times(trials)
+    return {"search": cfg.search, **about, "layer_traces": int(cost * len(trials)),
+            "hard_evaluations": len(trials), "relaxed_evaluations": 0,
+            "wall_s": float(walls[-1]), "cpu_s": float(cpus[-1])}
+
+
 def curve_points(n: int, count: int = 12) -> list[int]:
     """About `count` log-spaced budget points in 1..n (n included)."""
     pts = np.unique(np.round(np.geomspace(1, n, count)).astype(int))
@@ -382,16 +403,8 @@ def tune_black_box(cfg: loop.TuneConfig, out: str | Path, *, resume: bool = Fals
             raise CheckpointError(f"{k}: raw parameters do not round back to the searched "
                                   "values (a moejax bug)")
     hard = got  # what `restore` and `--export` give
-    mgr = ck.Checkpoints(out, every=1, keep=cfg.keep)
-    if mgr.latest_step() != len(trials):  # else: a finished search resumed, already saved
-        mgr.save(len(trials), ck.flatten_state(raw, prob.optimizer.init(raw)),
-                 {"run": cfg.spec(), "history": best_so_far.tolist()}, force=True)
-    mgr.close()
-    walls = np.cumsum([t.user_attrs.get("wall_s", 0.0) for t in trials])
-    cpus = np.cumsum([t.user_attrs.get("cpu_s", 0.0) for t in trials])
-    budget = {"search": cfg.search, "layer_traces": int(cost * len(trials)),
-              "hard_evaluations": len(trials), "relaxed_evaluations": 0,
-              "wall_s": float(walls[-1]), "cpu_s": float(cpus[-1])}
+    budget = save_best(out, cfg, prob, raw, trials, best_so_far, cost)
+    walls, cpus = cumulative_times(trials)
     evaluation = {}
     if evaluate_heldout:
         curve = []

@@ -32,7 +32,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from moejax.output.results import atomic_write_json
-from moejax.tune import checkpoint as ck
 from moejax.tune import records, search, smoothed
 from moejax.tune.loop import TuneResult, progress_bar
 
@@ -101,16 +100,8 @@ def tune_black_box_aep(cfg, out: str | Path, *, resume: bool = False, progress: 
     us = [t.params["decay"] for t in trials]
     raw = {"decay": raw_of(us[int(np.argmin(vals))])}
     hard = {"decay": prob.family.hard(raw["decay"])}
-    mgr = ck.Checkpoints(out, every=1, keep=cfg.keep)
-    if mgr.latest_step() != len(trials):  # else: a finished search resumed, already saved
-        mgr.save(len(trials), ck.flatten_state(raw, prob.optimizer.init(raw)),
-                 {"run": cfg.spec(), "history": best_so_far.tolist()}, force=True)
-    mgr.close()
-    walls = np.cumsum([t.user_attrs.get("wall_s", 0.0) for t in trials])
-    cpus = np.cumsum([t.user_attrs.get("cpu_s", 0.0) for t in trials])
-    budget = {"search": cfg.search, "unit": UNIT, "layer_traces": int(cost * len(trials)),
-              "hard_evaluations": len(trials), "relaxed_evaluations": 0,
-              "wall_s": float(walls[-1]), "cpu_s": float(cpus[-1])}
+    budget = search.save_best(out, cfg, prob, raw, trials, best_so_far, cost, unit=UNIT)
+    walls, cpus = search.cumulative_times(trials)
     evaluation = {}
     if evaluate_heldout:
         pts = search.curve_points(len(trials))
