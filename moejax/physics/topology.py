@@ -57,37 +57,28 @@ class Topology:
 
     def link_loads(self, traffic):
         """Bytes on each directed link, [..., Lk], for traffic [..., D, D] (diagonal ignored)."""
-        traffic = _off_diagonal(traffic)
-        if self.kind in ("mesh2d", "multi_wafer_mesh"):
-            return _mesh_loads(traffic, self.rows, self.cols)
-        if self.kind == "switch":
-            return jnp.concatenate([traffic.sum(-1), traffic.sum(-2)], axis=-1)
-        if self.kind == "hierarchical":
-            same = _same_node(self.num_devices, self.devices_per_node)
-            intra, inter = traffic * same, traffic * (1.0 - same)
-            return jnp.concatenate(
-                [intra.sum(-1), intra.sum(-2), inter.sum(-1), inter.sum(-2)], axis=-1
-            )
-        return jnp.einsum("...sd,sdl->...l", traffic, jnp.asarray(self.incidence()))
+        return self._loads(_off_diagonal(traffic), jnp)
 
     def link_loads_np(self, traffic) -> np.ndarray:
         """`link_loads` on the host for static geometry (traffic [..., D, D] -> float32
         [..., Lk]): the float32 traffic summed in float64 and rounded once, so a constant table
         costs no XLA compile while a system is traced."""
         t = np.asarray(traffic, np.float32).astype(np.float64)
-        t = t * (1.0 - np.eye(t.shape[-1]))
+        return self._loads(t * (1.0 - np.eye(t.shape[-1])), np).astype(np.float32)
+
+    def _loads(self, traffic, xp):
+        """Link loads of off-diagonal traffic with `xp` (jax.numpy traced, NumPy on the host)."""
         if self.kind in ("mesh2d", "multi_wafer_mesh"):
-            out = _mesh_loads(t, self.rows, self.cols, np)
-        elif self.kind == "switch":
-            out = np.concatenate([t.sum(-1), t.sum(-2)], axis=-1)
-        elif self.kind == "hierarchical":
+            return _mesh_loads(traffic, self.rows, self.cols, xp)
+        if self.kind == "switch":
+            return xp.concatenate([traffic.sum(-1), traffic.sum(-2)], axis=-1)
+        if self.kind == "hierarchical":
             same = _same_node(self.num_devices, self.devices_per_node)
-            intra, inter = t * same, t * (1.0 - same)
-            out = np.concatenate(
-                [intra.sum(-1), intra.sum(-2), inter.sum(-1), inter.sum(-2)], axis=-1)
-        else:
-            out = np.einsum("...sd,sdl->...l", t, self.incidence().astype(np.float64))
-        return out.astype(np.float32)
+            intra, inter = traffic * same, traffic * (1.0 - same)
+            return xp.concatenate(
+                [intra.sum(-1), intra.sum(-2), inter.sum(-1), inter.sum(-2)], axis=-1
+            )
+        return xp.einsum("...sd,sdl->...l", traffic, xp.asarray(self.incidence()))
 
     def incidence(self) -> np.ndarray:
         """Dense routing matrix [D, D, Lk] of 0/1 (the definition `link_loads` implements)."""
