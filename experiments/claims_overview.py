@@ -8,35 +8,39 @@ committed `docs/results/STUDY/summary.json`; prints the Markdown table of
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
+from moejax.reproduce.study import Claim, tally
+
 STUDIES = ("fsedp", "moentwine", "amoe", "epsmoe", "dysharp", "balancing", "tuning")
 
 
-def verdict(claim: dict) -> str:
-    """A summary row's verdict (older summaries carry only `holds`)."""
-    if "verdict" in claim:
-        return claim["verdict"]
-    if claim.get("calibrated"):
-        return "calibrated"
-    return "reproduced" if claim["holds"] else "fails"
+def claim_of(row: dict) -> Claim:
+    """A summary.json claim row as a `Claim` (older summaries lack the newer fields; only
+    `holds` is needed for a verdict)."""
+    return Claim(**{"id": "", "paper": "", "simulated": None} | {
+        f.name: row[f.name] for f in dataclasses.fields(Claim) if f.name in row})
+
+
+def verdict(row: dict) -> str:
+    """A summary row's verdict, by `Claim.verdict`'s rule."""
+    return claim_of(row).verdict
 
 
 def rows(results: Path) -> list[dict]:
-    """Per study: grid, counts by verdict, and the ids of the claims not reproduced."""
+    """Per study: grid, counts by verdict (`tally`), and how many claims are reproduced only
+    after a model change."""
     out = []
     for name in STUDIES:
         summary = json.loads((results / name / "summary.json").read_text())
-        v = {c["id"]: verdict(c) for c in summary["claims"]}
+        claims = [claim_of(c) for c in summary["claims"]]
         out.append({"study": name, "grid": "quick" if summary["quick"] else "full",
-                    "total": len(v),
-                    **{k: sum(x == k for x in v.values())
-                       for k in ("reproduced", "calibrated", "fails")},
-                    "changed": sum(bool(c.get("changed_after_failure"))
-                                   and verdict(c) == "reproduced" for c in summary["claims"]),
-                    "not_reproduced": [i for i, x in v.items() if x != "reproduced"]})
+                    **tally(claims),
+                    "changed": sum(bool(c.changed_after_failure) and c.verdict == "reproduced"
+                                   for c in claims)})
     return out
 
 
