@@ -18,7 +18,7 @@ import numpy as np
 
 from moejax.errors import ConfigError
 from moejax.runner import programs
-from moejax.runner.engine import batch_size, compiled_program, default_chunk, run_one
+from moejax.runner.engine import batch_size, compiled_program, default_chunk
 from moejax.trace.chunked import ChunkedTraces
 from moejax.trace.core import Trace
 
@@ -68,21 +68,13 @@ def available_bytes() -> int:
     return int(avail)
 
 
-def metric_bytes_per_trace(system, params, traces, chunk: int | None = None) -> tuple[int, int]:
+def metric_bytes_per_trace(system, params, traces, chunk: int) -> tuple[int, int]:
     """(bytes of one trace's metrics, number of scalar metrics) by `jax.eval_shape`.
 
-    chunk: the rows of the compiled call `engine.simulate` will make; the shapes then come
-    from that program's own `eval_shape` with the call's argument shapes, so its tracing is
-    the one the call reuses (tracing a system costs 0.2-1 s on CPU, also with a warm
-    persistent cache).
+    chunk: the rows of the compiled call `engine.simulate` will make; the shapes come from
+    that program's own `eval_shape` with the call's argument shapes, so its tracing is the one
+    the call reuses (tracing a system costs 0.2-1 s on CPU, also with a warm persistent cache).
     """
-    if chunk is None:
-        one = _one_trace_shapes(traces)
-        out = jax.eval_shape(lambda t, k: run_one(system, params, t, k), one,
-                             jax.random.key(0))
-        leaves = jax.tree_util.tree_leaves(out)
-        nbytes = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
-        return nbytes, sum(1 for x in leaves if x.shape == ())
     impl = str(jax.config.jax_default_prng_impl)
     keys = jax.eval_shape(lambda: jax.random.key_data(jax.random.split(jax.random.key(0),
                                                                        chunk)))
