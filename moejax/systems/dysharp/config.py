@@ -80,7 +80,7 @@ class DyConfig:
     chunks: chunk counts the coarse pipeline may use (the best one is taken: Tutel's adaptive
       pipelining degree); one value = a fixed count (FasterMoE).
     comm_sms: SMs that run communication while GEMMs run (overlapped schedules: coarse, fine,
-      fused; and DualPipe's end-to-end block, `system.dualpipe_share`); with
+      fused; and DualPipe's end-to-end block, `share_beside_comm`); with
       fewer than COMM_SMS the ports drain at comm_sms / COMM_SMS of the link rate
       (`comm_rate`), more leave fewer SMs to the GEMMs (`gemm_share`).
     notify: a metadata exchange (token counts, two barriers) before each forward dispatch
@@ -130,9 +130,13 @@ class DyConfig:
 
     @property
     def gemm_share(self) -> float:
-        """Fraction of the SMs left to GEMMs when comm runs beside them."""
-        if self.schedule == "serial":
-            return 1.0
+        """Fraction of the SMs left to GEMMs under this layer's schedule (1 when serial)."""
+        return 1.0 if self.schedule == "serial" else self.share_beside_comm
+
+    @property
+    def share_beside_comm(self) -> float:
+        """Fraction of the SMs left to compute while `comm_sms` SMs run comm kernels beside
+        it (any overlapped schedule, and DualPipe's end-to-end block whatever the layer's)."""
         sms = max(self.platform.device.sm_count, 1)
         return 1.0 - min(self.comm_sms, sms - 1) / sms
 

@@ -128,14 +128,6 @@ def tile_terms(cfg: DyConfig, eta: float, tile=None, share=None, rate=1.0,
     )
 
 
-def dualpipe_share(cfg: DyConfig) -> float:
-    """Fraction of the SMs left to compute in DualPipe's end-to-end block, whose comm
-    kernels run beside another micro-batch's compute on `comm_sms` SMs whatever the layer's
-    own schedule (DeepSeek-V3 §3.2.2)."""
-    sms = max(cfg.platform.device.sm_count, 1)
-    return 1.0 - min(cfg.comm_sms, sms - 1) / sms
-
-
 def notify_time_s(cfg: DyConfig) -> float:
     """DeepEP's notify_dispatch before a forward dispatch (config.NOTIFY_BARRIERS): two
     barrier round trips plus each rank's counts to every peer (one per-rank count and the
@@ -248,7 +240,7 @@ def _layer(cfg: DyConfig, params: DyParams, port_loads, counts, n_real, scale, t
     # (attention + experts) of another; an end-to-end block costs the larger of the two. Its
     # comm kernels run beside that compute on `comm_sms` SMs (§3.2.2: 20 of 132), so the
     # compute parts run on the rest (memory-bound parts at the HBM rate, `gemm_times_s`).
-    share_dp = dualpipe_share(cfg)
+    share_dp = cfg.share_beside_comm
     x1d, x2d = gemm_times_s(cfg, tokens_de, tau, tau_s, tile_rows, share_dp)
     x_dp = relax.max(x1d + x2d, tau_s)
     att_dp = relax.maximum(att_comp / share_dp, att, tau_s)
