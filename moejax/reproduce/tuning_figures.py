@@ -82,8 +82,9 @@ def headline_figure(path: Path, rows: Rows, grid: Grid) -> None:
             k = r[0]
             xs.append(i + (j - len(methods) / 2) * w)
             ex.append(cols["over_best_pct"][k])
-            t = cols["layer_traces_to_1pct"][k]
-            (tr if t != "" else never).append((xs[-1], float(t) if t != "" else top))
+            t = cols["layer_traces_to_1pct"][k]  # read back: an empty cell is NaN
+            reached = t != "" and np.isfinite(float(t))
+            (tr if reached else never).append((xs[-1], float(t) if reached else top))
         ax[0, 0].bar(xs, ex, width=w, color=color, label=m)
         if tr:
             ax[0, 1].plot([p[0] for p in tr], [p[1] for p in tr], "o", color=color, ms=4,
