@@ -6,7 +6,8 @@ the targets of the comparison.
   family and seed (the black-box curves are the incumbents at log-spaced points, so the
   budget is an upper bound within a factor of about 1.5; the gradient's points are the end
   results of separate runs of a quarter, a half and all of the budget).
-- Placements (100+ discrete decisions): the family's random decisions spread by at least
+- Placements (100+ discrete decisions; also the EPS-MoE chunk assignment, 64 decisions
+  with no capacity, judged by the same rules): the family's random decisions spread by at least
   `SPREAD_MIN_PCT` (else the workload does not test the target); the gradient (the better
   of its random and greedy starts) reaches within 1 % with at least `FEWER` x fewer
   simulated layer-traces than the best black-box method (TPE, CMA-ES, random search; one
