@@ -297,19 +297,35 @@ def family_rows(name: str, grid: Grid) -> Rows:
             final.append(_row(name, seed, "best-heuristic", heur[h], heuristic=h))
         final.append(_row(name, seed, "random-median", sp["random_median"],
                           spread_pct=sp["spread_pct"]))
+    return family_result(name, curve, final, {f"{name}_compute_s": time.perf_counter() - t0})
+
+
+def family_result(name: str, curve: list, final: list, summary: dict) -> Rows:
+    """A family figure's Rows from its curve and final rows (computed, or read back from
+    its CSVs by `tuning_assemble`): the budget table and what the claims read."""
     table = claims.budget_table(curve, final)
     return Rows(curve, more={f"{name}_final.csv": final, f"{name}_budget.csv": table},
-                summary={f"{name}_compute_s": time.perf_counter() - t0},
-                extra={"curve": curve, "final": final, "table": table, "family": fam})
+                summary=summary,
+                extra={"curve": curve, "final": final, "table": table,
+                       "family": FAMILIES[name]})
 
 
 def headline(grid: Grid) -> Rows:
-    """One row per family and method: the budget table of every family (read off the
-    family figures' computations, cached)."""
-    rows = []
-    for name, *_ in grid.families:
-        rows += family_rows(name, grid).extra["table"]
-    return Rows(rows)
+    """The headline of every family of the grid (read off the family figures'
+    computations, cached)."""
+    return headline_of([family_rows(name, grid) for name, *_ in grid.families])
+
+
+def headline_of(families: list[Rows]) -> Rows:
+    """One row per family and method: the budget table of every family; and
+    `headline_equal_wall.csv`, the comparison at equal search wall time
+    (`tuning_claims.equal_wall`)."""
+    rows, curve, final = [], [], []
+    for r in families:
+        rows += r.extra["table"]
+        curve += r.extra["curve"]
+        final += r.extra["final"]
+    return Rows(rows, more={"headline_equal_wall.csv": claims.equal_wall(curve, final)})
 
 
 def _figure(name: str) -> Figure:

@@ -38,6 +38,11 @@ def _f(x) -> float:
     return float("nan") if x in ("", None) else float(x)
 
 
+def _g(x) -> float:
+    """x to 9 significant digits (a CSV column mixing numbers and "" is written as text)."""
+    return float(f"{float(x):.9g}")
+
+
 def _key(v):
     return v if isinstance(v, str) else int(v)
 
@@ -87,6 +92,39 @@ def budget_table(curve: list, final: list) -> list[dict]:
                 "wall_s_spent": float(np.mean([_f(r["wall_s"]) for r in rows])),
                 "random_spread_pct": float(spread),
                 "heuristic": next((r["heuristic"] for r in rows if r.get("heuristic")), "")})
+    return out
+
+
+def equal_wall(curve: list, final: list) -> list[dict]:
+    """Per family and searching method, the comparison at equal search wall time: per seed,
+    W = the shortest whole-budget search wall time among the family's methods (every method
+    ran at least that long), and the method's held-out latency at W: its last budget point
+    by W (a black box's incumbent there; the gradient's longest run that ended by W). Mean
+    over seeds: W (s), the held-out latency (ms) and its excess over the best any method
+    found (%, as in the budget table); empty where a method had no point by W. The
+    black-box points are log-spaced, so a value at W is its incumbent at up to ~1.5x
+    fewer trials (an upper bound on its latency at W)."""
+    out = []
+    for fam in dict.fromkeys(r["family"] for r in final):
+        mine = [r for r in final if r["family"] == fam]
+        seeds = sorted({_key(r["seed"]) for r in mine})
+        methods = [m for m in dict.fromkeys(r["method"] for r in mine) if m not in FIXED]
+        wall = {s: min(_f(r["wall_s"]) for r in mine if _key(r["seed"]) == s
+                       and r["method"] in methods) for s in seeds}
+        for m in methods:
+            vals, excess = [], []
+            for s in seeds:
+                pts = [(_f(r["wall_s"]), _f(r["heldout_ms"])) for r in curve
+                       if r["family"] == fam and _key(r["seed"]) == s and r["method"] == m
+                       and _f(r["wall_s"]) <= wall[s]]
+                if pts:
+                    vals.append(max(pts)[1])
+                    excess.append((vals[-1] / _best(curve, final, fam, s) - 1) * 100)
+            out.append({"family": fam, "method": m,
+                        "equal_wall_s": _g(np.mean(list(wall.values()))),
+                        "seeds_with_a_point": f"{len(vals)}/{len(seeds)}",
+                        "heldout_ms": _g(np.mean(vals)) if vals else "",
+                        "over_best_pct": _g(np.mean(excess)) if vals else ""})
     return out
 
 
