@@ -149,6 +149,31 @@ def test_divisor_knob_searched_by_index():
     assert hard_values(prob, raw)["pn"] == got[-1]
 
 
+def test_chunk_assignment_searched_restored_and_grid_refused(tmp_path):
+    cfg = TuneConfig(system="epsmoe", policy="epsmoe-tune", hardware="h800x8",
+                     model="deepseek-moe-16b", params=("assignment",), steps=3, traces=2,
+                     batch=2, eval_traces=2, tokens=256, iterations=1, search="cmaes",
+                     every=10)
+    prob = build_problem(cfg)
+    f = prob.setup.families["assignment"]
+    with pytest.raises(ConfigError, match="cannot enumerate assignment"):
+        srch.check(prob, "grid")
+    import optuna
+
+    for search in ("tpe", "cmaes", "random"):  # one slot per (device, local expert)
+        t = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1)).ask()
+        v = srch.suggest(t, prob, search)["assignment"]
+        assert v.shape == (f.num_devices, f.local_experts)
+        assert v.min() >= 0 and v.max() < f.local_experts
+        assert np.array_equal(hard_values(prob, srch.to_raw(prob, {"assignment": v}))[
+            "assignment"], v)
+    res = tune(cfg, tmp_path / "ca", progress=False)
+    s = json.loads((tmp_path / "ca" / "summary.json").read_text())
+    assert s["budget"]["hard_evaluations"] == 3 and "balanced chunks (pn=2)" in s["evaluation"]
+    _, back = restore(tmp_path / "ca")
+    assert np.array_equal(back.hard["assignment"], res.hard["assignment"])
+
+
 @pytest.mark.parametrize("extra", [["--search", "nope"], ["--search", "grid"],
                                    ["--search", "tpe", "--steps", "0"],
                                    ["--search", "cmaes", "--param", "replicas",

@@ -25,7 +25,12 @@ the held-out traces):
   dgx-b200-4node (64 experts on 32 GPUs over 4 nodes: 2 x 64 decisions).
 - fsedp_knobs: FSE-DP token buffering on chiplet-2x2 (micro-slices, theta_min, slack:
   three knobs, a piecewise-constant objective).
-- epsmoe: EPS-MoE on h800x8 (pipeline degree, GEMM switch rows, comm SMs: three knobs).
+- epsmoe: EPS-MoE on h800x8 (pipeline degree, GEMM switch rows, comm SMs: three knobs;
+  the comm SMs are the SM split of 003 §3.4: the GEMM gets the other SMs).
+- epsmoe_chunks: the same layer at the policy's pipeline degree (pn = 2), its chunk
+  assignment (beyond 003: which chunk each of the 8 local experts of each of the 8 devices
+  runs in; 64 discrete decisions, 2^64 assignments at pn = 2), started from the paper's
+  contiguous grouping; heuristics: contiguous and load-balanced chunks.
 - aep_decay: AEP's defragging decay delta (002 Algorithm 1; mixtral-8x7b on a100x8-nvswitch,
   Poisson 200 req/s, 8 requests per stream; loss = mean inter-token latency, ms): one
   knob, searched by the smoothed gradient, TPE, random search and the grid (CMA-ES needs
@@ -80,6 +85,9 @@ class Family:
     # recorded routing: (workload of `balancing_data`, layers kept, training sequences);
     # the run reads a recording written from it (`recording`), held out = its second half
     recorded: tuple = ()
+    # the full grid's greedy-started gradient runs (placements with a "greedy-balanced"
+    # baseline; without one, init greedy would be a random start again)
+    greedy: bool = True
 
 
 FAMILIES = {f.name: f for f in (
@@ -121,6 +129,15 @@ FAMILIES = {f.name: f for f in (
             ("params", ("pn", "switch_rows", "sm_comm")), ("traces", 16), ("batch", 4)),
            (("init", "default"), ("lr", 0.1), ("relaxation", "system")),
            methods=("tpe", "cmaes", "random", "grid"), placement=False),
+    Family("epsmoe_chunks", "EPS-MoE chunk assignment: deepseek-moe-16b, h800x8, 512 tok, "
+           "pn = 2; 8 devices x 8 local experts",
+           (("system", "epsmoe"), ("policy", "epsmoe-tune"), ("hardware", "h800x8"),
+            ("model", "deepseek-moe-16b"), ("tokens", 512), ("iterations", 1),
+            ("params", ("assignment",)), ("traces", 16), ("batch", 4)),
+           # docs/reproduction/epsmoe.md "Chunk assignment": lr 0.1 moves no expert off
+           # its start logits' margin of 3; 0.5 does
+           (("init", "default"), ("lr", 0.5), ("relaxation", "system")),
+           greedy=False),
     Family("aep_decay", "AEP decay delta (002 Algorithm 1): mixtral-8x7b, a100x8-nvswitch, "
            "Poisson 200 req/s, 8 requests / stream; mean ITL (budget in streams)",
            (("system", "aep"), ("policy", "aep-defrag"), ("hardware", "a100x8-nvswitch"),
@@ -144,13 +161,15 @@ QUICK = Grid(True, families=(
     ("ep_placement", 3200, (0, 1), 128), ("ep_replicas", 3200, (0, 1), 128),
     ("wafer_placement", 1600, (0,), 64), ("dysharp", 1600, (0,), 64),
     ("ep_recorded", 1600, (0,), 64), ("fsedp_knobs", 240, (0,), 32),
-    ("epsmoe", 640, (0,), 16), ("aep_decay", 48, (0,), 4), ("codesign", 400, (0,), 32)),
+    ("epsmoe", 640, (0,), 16), ("epsmoe_chunks", 640, (0,), 16), ("aep_decay", 48, (0,), 4),
+    ("codesign", 400, (0,), 32)),
     grad_fractions=(0.25, 1.0), greedy=False)
 FULL = Grid(False, families=(
     ("ep_placement", 12800, (0, 1, 2), 256), ("ep_replicas", 12800, (0, 1, 2), 256),
     ("wafer_placement", 6400, (0, 1, 2), 128), ("dysharp", 6400, (0, 1, 2), 128),
     ("ep_recorded", 12800, (0, 1, 2), 64),
     ("fsedp_knobs", 1920, (0, 1, 2), 64), ("epsmoe", 2560, (0, 1, 2), 32),
+    ("epsmoe_chunks", 2560, (0, 1, 2), 32),
     ("aep_decay", 384, (0, 1, 2), 16),
     ("codesign", 1600, (0, 1, 2), 64)),
     grad_fractions=(0.125, 0.25, 0.5, 1.0), greedy=True)
@@ -247,7 +266,7 @@ def family_rows(name: str, grid: Grid) -> Rows:
         base = base_config(fam, seed, eval_traces)
         sp = spread(base)
         runs = [("grad", "grad", dict(fam.grad), f) for f in grid.grad_fractions]
-        if grid.greedy and fam.placement:
+        if grid.greedy and fam.placement and fam.greedy:
             runs += [("grad-greedy", "grad", {**dict(fam.grad), "init": "greedy"}, f)
                      for f in grid.grad_fractions]
         runs += [(m, m, {}, 1.0) for m in fam.methods]
@@ -278,19 +297,35 @@ def family_rows(name: str, grid: Grid) -> Rows:
             final.append(_row(name, seed, "best-heuristic", heur[h], heuristic=h))
         final.append(_row(name, seed, "random-median", sp["random_median"],
                           spread_pct=sp["spread_pct"]))
+    return family_result(name, curve, final, {f"{name}_compute_s": time.perf_counter() - t0})
+
+
+def family_result(name: str, curve: list, final: list, summary: dict) -> Rows:
+    """A family figure's Rows from its curve and final rows (computed, or read back from
+    its CSVs by `tuning_assemble`): the budget table and what the claims read."""
     table = claims.budget_table(curve, final)
     return Rows(curve, more={f"{name}_final.csv": final, f"{name}_budget.csv": table},
-                summary={f"{name}_compute_s": time.perf_counter() - t0},
-                extra={"curve": curve, "final": final, "table": table, "family": fam})
+                summary=summary,
+                extra={"curve": curve, "final": final, "table": table,
+                       "family": FAMILIES[name]})
 
 
 def headline(grid: Grid) -> Rows:
-    """One row per family and method: the budget table of every family (read off the
-    family figures' computations, cached)."""
-    rows = []
-    for name, *_ in grid.families:
-        rows += family_rows(name, grid).extra["table"]
-    return Rows(rows)
+    """The headline of every family of the grid (read off the family figures'
+    computations, cached)."""
+    return headline_of([family_rows(name, grid) for name, *_ in grid.families])
+
+
+def headline_of(families: list[Rows]) -> Rows:
+    """One row per family and method: the budget table of every family; and
+    `headline_equal_wall.csv`, the comparison at equal search wall time
+    (`tuning_claims.equal_wall`)."""
+    rows, curve, final = [], [], []
+    for r in families:
+        rows += r.extra["table"]
+        curve += r.extra["curve"]
+        final += r.extra["final"]
+    return Rows(rows, more={"headline_equal_wall.csv": claims.equal_wall(curve, final)})
 
 
 def _figure(name: str) -> Figure:

@@ -6,7 +6,8 @@ the targets of the comparison.
   family and seed (the black-box curves are the incumbents at log-spaced points, so the
   budget is an upper bound within a factor of about 1.5; the gradient's points are the end
   results of separate runs of a quarter, a half and all of the budget).
-- Placements (100+ discrete decisions): the family's random decisions spread by at least
+- Placements (100+ discrete decisions; also the EPS-MoE chunk assignment, 64 decisions
+  with no capacity, judged by the same rules): the family's random decisions spread by at least
   `SPREAD_MIN_PCT` (else the workload does not test the target); the gradient (the better
   of its random and greedy starts) reaches within 1 % with at least `FEWER` x fewer
   simulated layer-traces than the best black-box method (TPE, CMA-ES, random search; one
@@ -35,6 +36,11 @@ FIXED = ("default", "best-heuristic", "random-median")  # no search, no budget
 
 def _f(x) -> float:
     return float("nan") if x in ("", None) else float(x)
+
+
+def _g(x) -> float:
+    """x to 9 significant digits (a CSV column mixing numbers and "" is written as text)."""
+    return float(f"{float(x):.9g}")
 
 
 def _key(v):
@@ -86,6 +92,39 @@ def budget_table(curve: list, final: list) -> list[dict]:
                 "wall_s_spent": float(np.mean([_f(r["wall_s"]) for r in rows])),
                 "random_spread_pct": float(spread),
                 "heuristic": next((r["heuristic"] for r in rows if r.get("heuristic")), "")})
+    return out
+
+
+def equal_wall(curve: list, final: list) -> list[dict]:
+    """Per family and searching method, the comparison at equal search wall time: per seed,
+    W = the shortest whole-budget search wall time among the family's methods (every method
+    ran at least that long), and the method's held-out latency at W: its last budget point
+    by W (a black box's incumbent there; the gradient's longest run that ended by W). Mean
+    over seeds: W (s), the held-out latency (ms) and its excess over the best any method
+    found (%, as in the budget table); empty where a method had no point by W. The
+    black-box points are log-spaced, so a value at W is its incumbent at up to ~1.5x
+    fewer trials (an upper bound on its latency at W)."""
+    out = []
+    for fam in dict.fromkeys(r["family"] for r in final):
+        mine = [r for r in final if r["family"] == fam]
+        seeds = sorted({_key(r["seed"]) for r in mine})
+        methods = [m for m in dict.fromkeys(r["method"] for r in mine) if m not in FIXED]
+        wall = {s: min(_f(r["wall_s"]) for r in mine if _key(r["seed"]) == s
+                       and r["method"] in methods) for s in seeds}
+        for m in methods:
+            vals, excess = [], []
+            for s in seeds:
+                pts = [(_f(r["wall_s"]), _f(r["heldout_ms"])) for r in curve
+                       if r["family"] == fam and _key(r["seed"]) == s and r["method"] == m
+                       and _f(r["wall_s"]) <= wall[s]]
+                if pts:
+                    vals.append(max(pts)[1])
+                    excess.append((vals[-1] / _best(curve, final, fam, s) - 1) * 100)
+            out.append({"family": fam, "method": m,
+                        "equal_wall_s": _g(np.mean(list(wall.values()))),
+                        "seeds_with_a_point": f"{len(vals)}/{len(seeds)}",
+                        "heldout_ms": _g(np.mean(vals)) if vals else "",
+                        "over_best_pct": _g(np.mean(excess)) if vals else ""})
     return out
 
 

@@ -27,9 +27,14 @@ Encodings of the decisions (what a black-box method sees):
   but the grid: E + 2R floats in [0, 1) (`replica_shares`): random keys for the primary
   placement, and per redundant slot an expert (or empty) and a device; replicas split
   their expert's tokens evenly. A knob over an index of allowed values (EPS-MoE's
-  pipeline degree, a `divs` tuple) is searched by its index. Per-layer replicas and
-  EPS-MoE's chunk assignment: no black-box encoding (`check` refuses them, one line,
-  before anything is written). AEP's smoothed decay: `moejax.tune.search_aep`.
+  pipeline degree, a `divs` tuple) is searched by its index. Per-layer replicas: no
+  black-box encoding (`check` refuses them, one line, before anything is written). AEP's
+  smoothed decay: `moejax.tune.search_aep`.
+- EPS-MoE's `ChunkAssignment` (D devices x E_loc local experts, each in one of E_loc
+  slots; slot s is chunk s // (E_loc / N) at pipeline degree N), every search but the
+  grid: one integer slot in [0, E_loc) per (device, local expert), the family's own hard
+  value (no repair: chunks may be unequal or empty). Uniform slots put each expert in each
+  chunk with probability 1 / N at every N. `grid`: not searchable (E_loc^(D E_loc) points).
 
 A trial is evaluated on every training trace (the exact training objective; a gradient
 step sees `--batch` of them). The incumbent after n trials is the trial with the lowest
@@ -56,6 +61,7 @@ import numpy as np
 
 from moejax.errors import CheckpointError, ConfigError
 from moejax.output.results import atomic_write_json
+from moejax.systems.epsmoe.tuning import ChunkAssignment
 from moejax.tunable import IntegerKnob, LogKnob, Placement, ReplicaPlacement, Threshold
 from moejax.tune import checkpoint as ck
 from moejax.tune import loop, records
@@ -81,6 +87,11 @@ def check(prob: loop.Problem, search: str) -> None:
             if isinstance(f, ReplicaPlacement) and f.num_layers:
                 raise ConfigError(f"search = {search!r} has no encoding of per-layer {name}; "
                                   "allowed for it: grad")
+        elif isinstance(f, ChunkAssignment):
+            if search == "grid":
+                raise ConfigError(f"search = 'grid' cannot enumerate {name} ({f.local_experts}"
+                                  f"^{f.num_devices * f.local_experts} assignments); allowed "
+                                  "for it: grad, tpe, cmaes, random")
         elif not isinstance(f, (IntegerKnob, Threshold, LogKnob)):
             raise ConfigError(f"search = {search!r} has no encoding of {name} "
                               f"({type(f).__name__}); allowed for it: grad")
@@ -220,6 +231,10 @@ def suggest(trial, prob: loop.Problem, search: str) -> dict:
                                    for i in range(n)])
             values[name] = replica_shares(floats("k", f.num_experts), floats("r", f.extra),
                                           floats("d", f.extra), f)
+        elif isinstance(f, ChunkAssignment):
+            values[name] = np.asarray(
+                [[trial.suggest_int(f"{name}.{d}.{j}", 0, f.local_experts - 1)
+                  for j in range(f.local_experts)] for d in range(f.num_devices)], np.int64)
         elif isinstance(f, IntegerKnob):
             idx = trial.suggest_int(name, int(f.lo), int(f.hi))
             divs = getattr(f, "divs", ())  # a knob over an index of allowed values
@@ -236,7 +251,7 @@ def to_raw(prob: loop.Problem, values: dict) -> dict:
     raw = {}
     for name, f in prob.setup.families.items():
         v = values[name]
-        if isinstance(f, Placement):
+        if isinstance(f, (Placement, ChunkAssignment)):
             raw[name] = f.init_scale * f.one_hot(v)
         elif isinstance(f, ReplicaPlacement):
             raw[name] = f.init(jax.random.key(0), v)
