@@ -17,8 +17,12 @@ from rich.table import Table
 from moejax import api, systems
 from moejax.cli.args import (
     DEFAULT_GEN,
+    DEFAULT_GENERATOR,
     DefaultInt,
     add_distributed_arguments,
+    add_generator_argument,
+    generate_chunked,
+    generator_version,
     given,
     positive_int,
 )
@@ -53,6 +57,7 @@ def add_parser(sub):
     src.add_argument("--trace-gen", default=DEFAULT_GEN, help="generator spec, e.g. "
                      "uniform, powerlaw:alpha=1.5, normal:std=0.032")
     src.add_argument("--trace", help="trace file (.npz) instead of generating")
+    add_generator_argument(s)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--chunk", type=positive_int, default=None, help="traces per compiled call")
     s.add_argument("--out", help="folder for results.csv and summary.json")
@@ -86,6 +91,11 @@ def run(args) -> int:
     setup = api.resolve(args.hardware, args.model, args.policy)
     m = setup.model
     key = jax.random.key(args.seed)
+    version = generator_version(args.generator)
+    if args.generator != DEFAULT_GENERATOR and (args.trace or args.trace_gen.strip().endswith(
+            ".json")):
+        raise ConfigError("--generator: applies to traces generated from a spec "
+                          "(--trace-gen FAMILY:...), not to --trace files or fit files; drop it")
     if args.trace:
         check_recording_args(args, DefaultInt)
         traces, meta = trace_io.load(args.trace)
@@ -108,13 +118,16 @@ def run(args) -> int:
         data = fit_provenance(args.trace_gen, args.seed)
     else:
         spec = gen.parse_spec(args.trace_gen)
-        traces = gen.generate_chunked(  # made a chunk at a time inside the engine's loop
-            spec, key, num_traces=args.traces, iterations=args.iterations,
+        # no system's simulation reads gate weights: version 3 leaves them undrawn (zeros)
+        fast = {} if version == 1 else {"gate_weights": False}
+        traces = generate_chunked(  # made a chunk at a time inside the engine's loop
+            version, spec, key, num_traces=args.traces, iterations=args.iterations,
             layers=args.layers or 1, tokens=args.tokens, num_experts=m.num_experts,
-            top_k=m.top_k,
+            top_k=m.top_k, **fast,
         )
-        source = f"generated {gen.spec_to_str(spec)}"
-        data = provenance.generated(gen.spec_to_str(spec), args.seed)
+        source = f"generated {gen.spec_to_str(spec)}" + (
+            f" (generator version {version})" if version != 1 else "")
+        data = provenance.generated(gen.spec_to_str(spec), args.seed, version)
     if args.stream or args.resume:  # rows to Parquet a part at a time, streaming summaries
         return simulate_streamed(args, setup, traces, key, source,
                                  run_provenance.record(args.seed, data))
