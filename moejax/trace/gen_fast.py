@@ -308,10 +308,32 @@ def _mix64_np(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> _U(31))
 
 
+# Traces per popularity call: every call has this shape (the last block padded), so a trace's
+# popularity is computed by the same program, bit for bit, whatever chunk it is made in (XLA
+# may round differently in programs of different batch sizes).
+POPULARITY_BLOCK = 128
+
+
+def popularity_of(static, floats, key_data, impl, iterations, layers, num_experts):
+    """(p float32 [T, I, L, E], token seeds uint64 [T]) of traces with keys key_data, in
+    blocks of POPULARITY_BLOCK."""
+    n = len(key_data)
+    ps, words = [], []
+    for s in range(0, n, POPULARITY_BLOCK):
+        block = key_data[s:s + POPULARITY_BLOCK]
+        m = len(block)
+        if m < POPULARITY_BLOCK:
+            block = np.concatenate([block, np.repeat(block[-1:], POPULARITY_BLOCK - m, 0)])
+        p, w = _popularity(static, floats, block, iterations, layers, num_experts, impl)
+        ps.append(np.asarray(p)[:m])
+        words.append(np.asarray(w)[:m])
+    return np.concatenate(ps), token_seeds(np.concatenate(words))
+
+
 def _make(static, floats, key_data, impl, tpi, shape, gate_weights, parallel):
     i, l, n, e, k = shape
-    p, words = _popularity(static, floats, key_data, i, l, e, impl)
-    ids, weights, counts = sample_tokens(np.asarray(p), token_seeds(words), tpi, n, k,
+    p, seeds = popularity_of(static, floats, key_data, impl, i, l, e)
+    ids, weights, counts = sample_tokens(p, seeds, tpi, n, k,
                                          gate_weights=gate_weights, parallel=parallel)
     mask = np.arange(n)[None, None, :] < np.asarray(tpi)[:, :, None]  # [T, I, N]
     return Trace(ids, weights, mask, np.full(mask.shape, -1, np.int32), counts,
