@@ -359,10 +359,11 @@ def generate(spec, key, *, num_traces: int, iterations: int, layers: int, tokens
     gate_weights=False: gate weights not drawn (zeros), for consumers that read only ids and
     counts (no system's simulation reads them); the ids and counts are the same.
     parallel: traces spread over numba's threads; the result does not depend on it."""
-    return generate_chunked(spec, key, num_traces=num_traces, iterations=iterations,
+    lazy = generate_chunked(spec, key, num_traces=num_traces, iterations=iterations,
                             layers=layers, tokens=tokens, num_experts=num_experts, top_k=top_k,
                             tokens_per_iteration=tokens_per_iteration,
-                            gate_weights=gate_weights, parallel=parallel, prefetch=False).materialize()
+                            gate_weights=gate_weights, parallel=parallel, prefetch=False)
+    return lazy.materialize()
 
 
 def generate_chunked(spec, key, *, num_traces: int, iterations: int, layers: int, tokens: int,
