@@ -38,13 +38,22 @@ def pair():
     return a, b
 
 
-def ranks_of_choices(t: core.Trace, key, n: int, spec=SPEC, kw=KW) -> np.ndarray:
-    """[T, I, L, N, K] popularity rank (0 = likeliest) of each chosen expert; the popularity
-    of trace t is the same in both versions (the same split of its key)."""
+def popularity(version: int, key, n: int, spec=SPEC, kw=KW) -> np.ndarray:
+    """p float32 [T, I, L, E] of the traces `version` (1 or 3) makes with these arguments."""
     kd, impl = key_data_of(key, n)
-    static, floats = gen.split_spec(gen.parse_spec(spec))
-    p, _ = gen_fast.popularity_of(static, floats, kd, impl, kw["iterations"], kw["layers"],
-                                  kw["num_experts"])
+    spec = gen.parse_spec(spec)
+    static, floats = gen.split_spec(spec)
+    shape = kw["iterations"], kw["layers"], kw["num_experts"]
+    w = None
+    if version == 3 and spec.family in gen_fast.SHUFFLED:
+        w = gen_fast.rank_weights(static, floats, kw["num_experts"], kd[:1], impl)
+    return gen_fast.popularity_of(static, floats, kd, impl, *shape, w)
+
+
+def ranks_of_choices(t: core.Trace, version: int, key, n: int, spec=SPEC,
+                     kw=KW) -> np.ndarray:
+    """[T, I, L, N, K] popularity rank (0 = likeliest) of each chosen expert."""
+    p = popularity(version, key, n, spec, kw)
     rank = np.argsort(np.argsort(-np.asarray(p), axis=-1, kind="stable"), axis=-1)
     ids = np.asarray(t.expert_ids)
     return np.take_along_axis(rank[:, :, :, None, :].repeat(ids.shape[3], 3),
@@ -62,17 +71,25 @@ def test_version_3_traces_are_valid(pair):
                                   np.asarray(core.counts_from_ids(b.expert_ids, 32)))
 
 
-def test_version_3_popularity_is_version_1s(pair):
-    a, b = pair  # same popularity per trace: the likeliest expert is chosen about as often
-    ra = ranks_of_choices(a, jax.random.key(5), 200)
-    rb = ranks_of_choices(b, jax.random.key(5), 200)
-    assert abs((ra == 0).mean() - (rb == 0).mean()) < 0.01
+@pytest.mark.parametrize("spec", ["powerlaw:alpha=1.2", "lognormal", "drift"])
+def test_version_3_popularity_is_version_1s(spec):
+    key, kw = jax.random.key(2), dict(KW, iterations=3)
+    p1, p3 = popularity(1, key, 64, spec, kw), popularity(3, key, 64, spec, kw)
+    if gen.parse_spec(spec).family in gen_fast.SHUFFLED:  # the same weights, drawn order
+        np.testing.assert_array_equal(np.sort(p3, -1), np.sort(p1, -1))
+        assert (p3 != p1).any()
+        assert (p3[:, 1:] == p3[:, :1]).all()  # fixed over iterations, as version 1
+        first = np.argmax(p3[:, 0], -1).ravel()  # likeliest expert: uniform over E
+        counts = np.bincount(first, minlength=kw["num_experts"])
+        assert stats.chisquare(counts)[1] > 1e-3
+    else:  # version 1's own popularity
+        np.testing.assert_array_equal(p3, p1)
 
 
 def test_version_3_draws_the_law_of_version_1(pair):
     a, b = pair
-    ra = ranks_of_choices(a, jax.random.key(5), 200).reshape(-1, KW["top_k"])
-    rb = ranks_of_choices(b, jax.random.key(5), 200).reshape(-1, KW["top_k"])
+    ra = ranks_of_choices(a, 1, jax.random.key(5), 200).reshape(-1, KW["top_k"])
+    rb = ranks_of_choices(b, 3, jax.random.key(5), 200).reshape(-1, KW["top_k"])
     bins = 12  # ranks 0..10 and 11+ (every cell expected well above 5)
     for j in range(KW["top_k"]):  # the law of the j-th choice, in score order
         table = np.stack([np.bincount(np.minimum(r[:, j], bins - 1), minlength=bins)
@@ -127,8 +144,8 @@ def test_version_3_when_the_chosen_hold_nearly_all_the_mass():
     a, b = (g.generate("powerlaw:alpha=8", jax.random.key(3), num_traces=20, **kw)
             for g in (gen, gen_fast))
     core.validate(as_jax(b))
-    ra, rb = (ranks_of_choices(t, jax.random.key(3), 20, "powerlaw:alpha=8", kw)[..., -1]
-              for t in (a, b))  # the last choice: ranks 7 and beyond
+    ra, rb = (ranks_of_choices(t, v, jax.random.key(3), 20, "powerlaw:alpha=8", kw)[..., -1]
+              for t, v in ((a, 1), (b, 3)))  # the last choice: ranks 7 and beyond
     table = np.stack([np.bincount(np.clip(r.ravel(), 7, 10) - 7, minlength=4)
                       for r in (ra, rb)])
     assert table[:, 1:].sum() > 100  # past rank 7: the inverse-CDF draws are tested

@@ -5,8 +5,11 @@ per (token, choice) instead of a Gumbel score for every expert.
 Version 1 draws E Gumbel scores per token and keeps the top k (Gumbel-top-k): for 256 tokens
 of 128 experts that is 32,768 threefry words per trace and layer, most of its time. Version 3:
 
-- the popularity p[I, L, E] of trace t is version 1's own (`families.log_popularity` on the
-  same per-trace key), so only the token draw differs;
+- the popularity p[I, L, E]: of a family whose experts' weights by rank are fixed and only
+  their order is drawn (`SHUFFLED`: uniform, powerlaw, exponential, lognormal), version 1's
+  weights in an order drawn by Fisher-Yates on version 3's stream (a uniformly random
+  permutation per layer, as version 1's argsort of uniforms); of the others (normal, drift)
+  version 1's own popularity of the trace (`families.log_popularity` on the same key);
 - ids: each token draws experts with replacement from p (Walker's alias table, integer
   thresholds: one 64-bit word gives the column and the coin) and rejects repeats. Sampling
   successive experts with probability proportional to p among those not yet chosen is the law
@@ -19,8 +22,8 @@ of 128 experts that is 32,768 threefry words per trace and layer, most of its ti
   X_(j+1) = X_(j) + Exp(rate left_j), left_j the mass not yet chosen; the weights are
   softmax(z) = (1 / X_j) / sum(1 / X). One more word and one log per choice.
 
-Random stream: splitmix64 (Steele, Lea and Flood 2014) seeded per token by mixing the trace's
-token key (64 bits from `jax.random.split` of the trace key, as version 1 splits it) with the
+Random stream: splitmix64 (Steele, Lea and Flood 2014) seeded per token by mixing a 64-bit
+trace seed (the words of the trace's key, `jax.random.split(key, num_traces)[t]`) with the
 token's index; a token's words therefore do not depend on the chunk, the thread count or the
 order traces are made in. The stream differs from version 1's, so a trace of version 3 is
 not version 1's trace with the same key (every committed study result uses version 1).
@@ -280,20 +283,47 @@ def sample_tokens(p, seeds, tpi, tokens: int, top_k: int, *, gate_weights: bool 
 
 @functools.partial(jax.jit, static_argnums=(0, 3, 4, 5, 6))
 def _popularity(static, floats, key_data, iterations, layers, num_experts, impl):
-    """(p float32 [T, I, L, E], token-key data uint32 [T, W]) of traces with keys key_data:
-    version 1's popularity (same split of each trace key) and its token key."""
+    """p float32 [T, I, L, E] of traces with keys key_data: version 1's popularity (the same
+    split of each trace key)."""
     keys = jax.random.wrap_key_data(key_data, impl=impl)
 
     def one(key):
-        k_pop, k_tok = jax.random.split(key)
-        log_p = log_popularity(static, floats, k_pop, iterations, layers, num_experts)
-        return jnp.exp(log_p), jax.random.key_data(k_tok)
+        k_pop, _ = jax.random.split(key)
+        return jnp.exp(log_popularity(static, floats, k_pop, iterations, layers, num_experts))
 
     return jax.vmap(one)(keys)
 
 
+@nb.njit(cache=True, nogil=True)
+def _shuffled(w, seeds, out):
+    """out[t, i, l, c] = w[perm_tl[c]]: the weights by rank w (float32 [E]) in a uniformly
+    random order per trace and layer (Fisher-Yates on the trace's stream, words
+    mix(mix(seed ^ D) + (l E + c + 1) G)), the same in every iteration."""
+    n_t, n_i, n_l, e = out.shape
+    perm = np.empty(e, np.int64)
+    for t in range(n_t):
+        s0 = _mix64(seeds[t] ^ _SHUFFLE_DOMAIN)
+        for l in range(n_l):
+            for c in range(e):
+                perm[c] = c
+            for c in range(e - 1, 0, -1):
+                w64 = _mix64(s0 + _U(l * e + c + 1) * _GOLDEN)
+                j = np.int64(((w64 >> _U(32)) * _U(c + 1)) >> _U(32))
+                perm[c], perm[j] = perm[j], perm[c]
+            for i in range(n_i):
+                for c in range(e):
+                    out[t, i, l, c] = w[perm[c]]
+
+
+# Families whose popularity is one weight vector by rank with the ranks shuffled per layer
+# (`families._ranked`, fixed over iterations): version 3 shuffles them on its own stream
+# (Fisher-Yates), the law of version 1's argsort of uniforms, without a compiled call.
+SHUFFLED = ("uniform", "powerlaw", "exponential", "lognormal")
+_SHUFFLE_DOMAIN = _U(0xD1B54A32D192ED03)
+
+
 def token_seeds(key_words) -> np.ndarray:
-    """uint64 [T] token seeds from token-key data (uint32 [T, W]): the words mixed in."""
+    """uint64 [T] seeds from the traces' key data (uint32 [T, W]): the words mixed in."""
     words = np.asarray(key_words).astype(np.uint64).reshape(len(key_words), -1)
     s = np.full(len(words), 0x6A09E667F3BCC908, np.uint64)
     with np.errstate(over="ignore"):
@@ -314,26 +344,38 @@ def _mix64_np(z: np.ndarray) -> np.ndarray:
 POPULARITY_BLOCK = 128
 
 
-def popularity_of(static, floats, key_data, impl, iterations, layers, num_experts):
-    """(p float32 [T, I, L, E], token seeds uint64 [T]) of traces with keys key_data, in
-    blocks of POPULARITY_BLOCK."""
+def rank_weights(static, floats, num_experts: int, key_data, impl) -> np.ndarray:
+    """A `SHUFFLED` family's popularity by rank, float32 [E] (descending): version 1's values
+    (its popularity of one layer of the trace with key data key_data [1, W], sorted)."""
+    p = _popularity(static, floats, key_data, 1, 1, num_experts, impl)
+    return np.sort(np.asarray(p).ravel())[::-1].copy()
+
+
+def popularity_of(static, floats, key_data, impl, iterations, layers, num_experts,
+                  weights=None):
+    """p float32 [T, I, L, E] of traces with keys key_data: `_shuffled` of `weights` (a
+    `SHUFFLED` family's `rank_weights`), or else version 1's popularity, in blocks of
+    POPULARITY_BLOCK."""
     n = len(key_data)
-    ps, words = [], []
+    if weights is not None:
+        out = np.empty((n, iterations, layers, num_experts), np.float32)
+        _shuffled(weights, token_seeds(key_data), out)
+        return out
+    ps = []
     for s in range(0, n, POPULARITY_BLOCK):
         block = key_data[s:s + POPULARITY_BLOCK]
         m = len(block)
         if m < POPULARITY_BLOCK:
             block = np.concatenate([block, np.repeat(block[-1:], POPULARITY_BLOCK - m, 0)])
-        p, w = _popularity(static, floats, block, iterations, layers, num_experts, impl)
-        ps.append(np.asarray(p)[:m])
-        words.append(np.asarray(w)[:m])
-    return np.concatenate(ps), token_seeds(np.concatenate(words))
+        ps.append(np.asarray(_popularity(static, floats, block, iterations, layers,
+                                         num_experts, impl))[:m])
+    return np.concatenate(ps)
 
 
-def _make(static, floats, key_data, impl, tpi, shape, gate_weights, parallel):
+def _make(static, floats, key_data, impl, tpi, shape, gate_weights, parallel, w):
     i, l, n, e, k = shape
-    p, seeds = popularity_of(static, floats, key_data, impl, i, l, e)
-    ids, weights, counts = sample_tokens(p, seeds, tpi, n, k,
+    p = popularity_of(static, floats, key_data, impl, i, l, e, w)
+    ids, weights, counts = sample_tokens(p, token_seeds(key_data), tpi, n, k,
                                          gate_weights=gate_weights, parallel=parallel)
     mask = np.arange(n)[None, None, :] < np.asarray(tpi)[:, :, None]  # [T, I, N]
     return Trace(ids, weights, mask, np.full(mask.shape, -1, np.int32), counts,
@@ -380,10 +422,16 @@ def generate_chunked(spec, key, *, num_traces: int, iterations: int, layers: int
     split = functools.cache(lambda: key_data_of(key, num_traces))
     static, floats = split_spec(spec)
 
+    @functools.cache
+    def weights_by_rank():
+        key_data, impl = split()
+        return rank_weights(static, floats, shape[3], key_data[:1], impl)
+
     def build(start: int, stop: int) -> Trace:
         key_data, impl = split()
+        w = weights_by_rank() if spec.family in SHUFFLED else None
         return _make(static, floats, key_data[start:stop], impl, tpi[start:stop], shape,
-                     gate_weights, parallel)
+                     gate_weights, parallel, w)
 
     make = _Prefetcher(build, num_traces) if prefetch else build
     i, l, n, e, k = shape
