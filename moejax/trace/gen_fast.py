@@ -55,7 +55,7 @@ VERSION = 3
 # Candidates a token draws per round (with replacement, from the alias table), and at most
 # MAX_TRIALS * k of them before its missing choices are drawn from the free experts by
 # inverse CDF (O(E) each: a token whose chosen experts hold nearly all the mass).
-ROUND = 16
+ROUND = 8
 MAX_TRIALS = 32
 # An alias table entry packs the threshold (33 bits) above the alias (ALIAS_BITS bits).
 ALIAS_BITS = 24
@@ -178,8 +178,9 @@ def _trace(p, seed, tpi, ids, weights, counts, with_weights):
             for t in range(n):
                 m = il * n + t
                 if t >= tpi[i]:
-                    ids[m, :] = -1
-                    weights[m, :] = 0.0
+                    for j in range(k):
+                        ids[m, j] = -1
+                        weights[m, j] = 0.0
                     continue
                 s0 = _mix64(seed ^ (_U(m) * _GOLDEN))
                 _token_ids(row, table, s0, m, stamp, cand, chosen, k)
@@ -188,9 +189,10 @@ def _trace(p, seed, tpi, ids, weights, counts, with_weights):
                     ids[m, j] = c
                     counts[il, c] += 1.0
                 if with_weights:
-                    _gate_weights(row, total, chosen, k, s0, weights[m])
+                    _gate_weights(row, total, chosen, k, s0, weights, m)
                 else:
-                    weights[m, :] = 0.0
+                    for j in range(k):
+                        weights[m, j] = 0.0
 
 
 @nb.njit(cache=True, inline="always")
@@ -200,22 +202,23 @@ def _token_ids(row, table, s0, m, stamp, cand, chosen, k):
     MAX_TRIALS * k candidates, the missing ones by inverse CDF over the free experts."""
     ew = _U(row.shape[0])
     got = 0
-    drawn = 0
-    while got < k and drawn < MAX_TRIALS * k:
+    for r in range(MAX_TRIALS * k // ROUND):
+        base = r * ROUND + 1
         for b in range(ROUND):
-            w = _mix64(s0 + _U(drawn + b + 1) * _GOLDEN)
+            w = _mix64(s0 + _U(base + b) * _GOLDEN)
             col = np.int64(((w >> _U(32)) * ew) >> _U(32))
             entry = table[col]
             other = entry & ALIAS_MASK
             keep = np.int64(np.int64(w & _LOW32) < (entry >> ALIAS_BITS))
             cand[b] = other + keep * (col - other)
-        drawn += ROUND
         for b in range(ROUND):
             c = cand[b]
             fresh = stamp[c] != m
             stamp[c] = m
             chosen[got] = c
             got += fresh
+        if got >= k:
+            break
     for j in range(got, k):
         w = _mix64(s0 + (_U(2**33) + _U(j)) * _GOLDEN)
         c = _free_inverse_cdf(row, stamp, m, w)
@@ -224,7 +227,7 @@ def _token_ids(row, table, s0, m, stamp, cand, chosen, k):
 
 
 @nb.njit(cache=True, inline="always")
-def _gate_weights(row, total, chosen, k, s0, out):
+def _gate_weights(row, total, chosen, k, s0, out, m):
     """Softmax of Gumbel-top-k's scores of the chosen experts, drawn top down: exponential
     race times X_j = X_(j-1) + Exp(1) / left_(j-1) (float32 logs, as version 1's float32
     Gumbels); weights (1 / X_j) / sum(1 / X)."""
@@ -235,11 +238,11 @@ def _gate_weights(row, total, chosen, k, s0, out):
         w = _mix64(s0 + (_U(2**32) + _U(j)) * _GOLDEN)
         u = np.float32((w >> _U(40)) + _U(1)) * np.float32(5.9604645e-08)  # (0, 1], 24 bits
         x += -np.log(u) / max(left, np.float32(1e-30))
-        out[j] = x
+        out[m, j] = x
         inv += np.float32(1.0) / x
         left -= np.float32(row[chosen[j]] / total)
     for j in range(k):
-        out[j] = (np.float32(1.0) / out[j]) / inv
+        out[m, j] = (np.float32(1.0) / out[m, j]) / inv
 
 
 @nb.njit(cache=True, nogil=True)
