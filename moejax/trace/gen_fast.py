@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numba as nb
 import numpy as np
 
+from moejax.errors import ConfigError
 from moejax.trace.checks import (
     check_int,
     check_key,
@@ -390,6 +391,9 @@ def _checked(spec, key, num_traces, iterations, layers, tokens, num_experts, top
     key = check_key(key)
     num_traces = check_int("num_traces", num_traces)
     shape = check_shape_args(iterations, layers, tokens, num_experts, top_k)
+    if shape[3] > MAX_EXPERTS:
+        raise ConfigError(f"num_experts: {shape[3]} is more than generator version 3 packs "
+                          f"in its alias table; allowed: 1..{MAX_EXPERTS}")
     if tpi is None:
         tpi = np.broadcast_to(np.int32(shape[2]), (shape[0],))
     tpi = check_tokens_per_iteration(tpi, (num_traces,), shape[0], shape[2])
