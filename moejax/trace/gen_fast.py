@@ -14,9 +14,10 @@ of 128 experts that is 32,768 threefry words per trace and layer, most of its ti
   thresholds: one 64-bit word gives the column and the coin) and rejects repeats. Sampling
   successive experts with probability proportional to p among those not yet chosen is the law
   of Gumbel-top-k's ids in score order; drawing with replacement and rejecting repeats has
-  exactly that law. After `MAX_TRIALS` rejections in a row (a token whose chosen experts hold
-  nearly all the mass) the choice is drawn directly from the free experts by inverse CDF: the
-  accepted expert's law does not depend on how many trials it took, so the law is unchanged;
+  exactly that law. Past `MAX_TRIALS` * k candidates (a token whose chosen experts hold
+  nearly all the mass) its missing choices are drawn directly from the free experts by inverse
+  CDF: given the choices so far, the next one's law does not depend on how many candidates
+  were rejected, so the law is unchanged;
 - gate weights: Gumbel-top-k's perturbed scores are z = -log X, X_e ~ Exp(rate p_e)
   (X_e = -log u / p_e). In score order X_(1) ~ Exp(rate 1) and, by memorylessness,
   X_(j+1) = X_(j) + Exp(rate left_j), left_j the mass not yet chosen; the weights are
@@ -168,6 +169,7 @@ def _trace(p, seed, tpi, ids, weights, counts, with_weights):
     stamp = np.full(e, -1, np.int64)  # token index that last chose each expert
     chosen = np.empty(k + ROUND, np.int64)
     cand = np.empty(ROUND, np.int64)
+    xs = np.empty(k, np.float64)
     for i in range(n_i):
         for l in range(n_l):
             row = p[i, l]
@@ -190,7 +192,7 @@ def _trace(p, seed, tpi, ids, weights, counts, with_weights):
                     ids[m, j] = c
                     counts[il, c] += 1.0
                 if with_weights:
-                    _gate_weights(row, total, chosen, k, s0, weights, m)
+                    _gate_weights(row, total, chosen, k, s0, weights, m, xs)
                 else:
                     for j in range(k):
                         weights[m, j] = 0.0
@@ -228,22 +230,22 @@ def _token_ids(row, table, s0, m, stamp, cand, chosen, k):
 
 
 @nb.njit(cache=True, inline="always")
-def _gate_weights(row, total, chosen, k, s0, out, m):
+def _gate_weights(row, total, chosen, k, s0, out, m, xs):
     """Softmax of Gumbel-top-k's scores of the chosen experts, drawn top down: exponential
-    race times X_j = X_(j-1) + Exp(1) / left_(j-1) (float32 logs, as version 1's float32
-    Gumbels); weights (1 / X_j) / sum(1 / X)."""
-    left = np.float32(1.0)
-    x = np.float32(0.0)
-    inv = np.float32(0.0)
+    race times X_j = X_(j-1) + Exp(1) / left_(j-1) (the logs of 24-bit uniforms in float32,
+    as version 1's float32 Gumbels; sums in float64); weights (1 / X_j) / sum(1 / X)."""
+    left = 1.0  # float64: the mass left after the likeliest experts can be ~1e-6
+    x = 0.0
+    inv = 0.0
     for j in range(k):
         w = _mix64(s0 + (_U(2**32) + _U(j)) * _GOLDEN)
         u = np.float32((w >> _U(40)) + _U(1)) * np.float32(5.9604645e-08)  # (0, 1], 24 bits
-        x += -np.log(u) / max(left, np.float32(1e-30))
-        out[m, j] = x
-        inv += np.float32(1.0) / x
-        left -= np.float32(row[chosen[j]] / total)
+        x += -np.log(u) / max(left, 1e-300)
+        xs[j] = x
+        inv += 1.0 / x
+        left -= row[chosen[j]] / total
     for j in range(k):
-        out[m, j] = (np.float32(1.0) / out[m, j]) / inv
+        out[m, j] = (1.0 / xs[j]) / inv
 
 
 @nb.njit(cache=True, nogil=True)
