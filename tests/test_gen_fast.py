@@ -7,6 +7,7 @@ not reject at p < 1e-3, at fixed seeds."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -181,3 +182,8 @@ def test_cli_generator_choice(tmp_path):
     assert meta["provenance"]["generator_version"] == 3
     no = run_cli("simulate", "--trace", str(out), "--generator", "fast", "--quiet")
     assert no.returncode == 2 and "--generator" in no.stderr
+    sw = run_cli("sweep", "--vary", "link_Bps=50e9,100e9", "--traces", "4", "--tokens", "16",
+                 "--generator", "fast", "--quiet", "--out", str(tmp_path / "sw"))
+    assert sw.returncode == 0, sw.stderr
+    summary = json.loads((tmp_path / "sw" / "summary.json").read_text())
+    assert summary["provenance"]["data"]["generator_version"] == 3

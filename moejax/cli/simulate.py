@@ -226,6 +226,9 @@ def run_streams(args) -> int:
     "streams", e.g. aep-*, ep-sync): Poisson request streams (002 §5) instead of routing
     traces; `--streams` streams of `--requests` requests at `--rate` requests/s of a
     `--workload`."""
+    if getattr(args, "generator", DEFAULT_GENERATOR) != DEFAULT_GENERATOR:
+        raise ConfigError(f"--generator: policy {args.policy!r} draws Poisson request streams, "
+                          "not routing traces; drop it")
     if getattr(args, "trace", None):
         raise ConfigError(f"--trace: policy {args.policy!r} draws its routing from a Poisson "
                           "request stream (--rate, --workload), not from a recorded trace; "
