@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from moejax.errors import ConfigError
 from moejax.runner import distributed
+from moejax.trace import gen
 
 DEFAULT_GEN = "powerlaw:alpha=1.2"
+# Generator versions a user may name (`--generator`): "1", Gumbel-top-k from threefry
+# (`moejax.trace.gen`, the stream of every committed result), or "fast", version 3
+# (`moejax.trace.gen_fast`: the same law, another stream, a compiled CPU sampler).
+GENERATORS = {"1": 1, "fast": 3, "3": 3}
+DEFAULT_GENERATOR = "1"
 
 
 class DefaultInt(int):
@@ -20,6 +27,33 @@ def given(args, *dests: str) -> list[str]:
     return [f"--{d.replace('_', '-')}" for d in dests
             if not isinstance(v := getattr(args, d, None), DefaultInt)
             and v is not None and v is not False]
+
+
+def add_generator_argument(parser) -> None:
+    """`--generator VERSION` on a subcommand that generates traces."""
+    parser.add_argument("--generator", default=DEFAULT_GENERATOR,
+                        help="generator version: 1 (default; Gumbel-top-k, the stream of the "
+                        "committed results) or fast (version 3: the same law from another "
+                        "random stream, several times faster; docs/performance.md)")
+
+
+def generator_version(name) -> int:
+    """The version number `--generator NAME` names; ConfigError (one line) if none."""
+    key = str(name).strip().lower()
+    if key not in GENERATORS:
+        raise ConfigError(f"--generator: {name!r} is not a generator version; allowed: "
+                          "1 (default), fast (version 3)")
+    return GENERATORS[key]
+
+
+def generate_chunked(version: int, spec, key, **kw):
+    """`moejax.trace.gen.generate_chunked` (version 1) or `gen_fast`'s (version 3), with
+    `gen`'s arguments; version 3 is imported here, on demand (numba loads its kernels)."""
+    if version == 1:
+        return gen.generate_chunked(spec, key, **kw)
+    from moejax.trace import gen_fast
+
+    return gen_fast.generate_chunked(spec, key, **kw)
 
 
 def positive_int(s: str) -> int:

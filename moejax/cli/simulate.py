@@ -17,8 +17,12 @@ from rich.table import Table
 from moejax import api, systems
 from moejax.cli.args import (
     DEFAULT_GEN,
+    DEFAULT_GENERATOR,
     DefaultInt,
     add_distributed_arguments,
+    add_generator_argument,
+    generate_chunked,
+    generator_version,
     given,
     positive_int,
 )
@@ -53,6 +57,7 @@ def add_parser(sub):
     src.add_argument("--trace-gen", default=DEFAULT_GEN, help="generator spec, e.g. "
                      "uniform, powerlaw:alpha=1.5, normal:std=0.032")
     src.add_argument("--trace", help="trace file (.npz) instead of generating")
+    add_generator_argument(s)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--chunk", type=positive_int, default=None, help="traces per compiled call")
     s.add_argument("--out", help="folder for results.csv and summary.json")
@@ -86,6 +91,11 @@ def run(args) -> int:
     setup = api.resolve(args.hardware, args.model, args.policy)
     m = setup.model
     key = jax.random.key(args.seed)
+    version = generator_version(args.generator)
+    if args.generator != DEFAULT_GENERATOR and (args.trace or args.trace_gen.strip().endswith(
+            ".json")):
+        raise ConfigError("--generator: applies to traces generated from a spec "
+                          "(--trace-gen FAMILY:...), not to --trace files or fit files; drop it")
     if args.trace:
         check_recording_args(args, DefaultInt)
         traces, meta = trace_io.load(args.trace)
@@ -108,13 +118,16 @@ def run(args) -> int:
         data = fit_provenance(args.trace_gen, args.seed)
     else:
         spec = gen.parse_spec(args.trace_gen)
-        traces = gen.generate_chunked(  # made a chunk at a time inside the engine's loop
-            spec, key, num_traces=args.traces, iterations=args.iterations,
+        # no system's simulation reads gate weights: version 3 leaves them undrawn (zeros)
+        fast = {} if version == 1 else {"gate_weights": False}
+        traces = generate_chunked(  # made a chunk at a time inside the engine's loop
+            version, spec, key, num_traces=args.traces, iterations=args.iterations,
             layers=args.layers or 1, tokens=args.tokens, num_experts=m.num_experts,
-            top_k=m.top_k,
+            top_k=m.top_k, **fast,
         )
-        source = f"generated {gen.spec_to_str(spec)}"
-        data = provenance.generated(gen.spec_to_str(spec), args.seed)
+        source = f"generated {gen.spec_to_str(spec)}" + (
+            f" (generator version {version})" if version != 1 else "")
+        data = provenance.generated(gen.spec_to_str(spec), args.seed, version)
     if args.stream or args.resume:  # rows to Parquet a part at a time, streaming summaries
         return simulate_streamed(args, setup, traces, key, source,
                                  run_provenance.record(args.seed, data))
@@ -213,6 +226,9 @@ def run_streams(args) -> int:
     "streams", e.g. aep-*, ep-sync): Poisson request streams (002 §5) instead of routing
     traces; `--streams` streams of `--requests` requests at `--rate` requests/s of a
     `--workload`."""
+    if getattr(args, "generator", DEFAULT_GENERATOR) != DEFAULT_GENERATOR:
+        raise ConfigError(f"--generator: policy {args.policy!r} draws Poisson request streams, "
+                          "not routing traces; drop it")
     if getattr(args, "trace", None):
         raise ConfigError(f"--trace: policy {args.policy!r} draws its routing from a Poisson "
                           "request stream (--rate, --workload), not from a recorded trace; "

@@ -10,7 +10,15 @@ import jax
 import numpy as np
 
 from moejax import systems
-from moejax.cli.args import DEFAULT_GEN, add_distributed_arguments, positive_int
+from moejax.cli.args import (
+    DEFAULT_GEN,
+    DEFAULT_GENERATOR,
+    add_distributed_arguments,
+    add_generator_argument,
+    generate_chunked,
+    generator_version,
+    positive_int,
+)
 from moejax.errors import ConfigError
 from moejax.output import provenance
 from moejax.output.results import atomic_write_csv, atomic_write_json, together
@@ -36,6 +44,7 @@ def add_parser(sub):
     s.add_argument("--layers", type=positive_int, default=1)
     s.add_argument("--trace-gen", default=DEFAULT_GEN,
                    help="generator spec, or a fit file (.json: its pooled spec)")
+    add_generator_argument(s)
     s.add_argument("--metric", default="latency_s", help="per-trace metric summarized as "
                    "mean / p50 / p99 and plotted (default latency_s)")
     s.add_argument("--points-per-call", type=positive_int, default=None,
@@ -64,15 +73,17 @@ def command(args) -> int:
         return _serving(args, setup, entry, points, varies)
     m = setup.model
     key = jax.random.key(args.seed)
+    version = generator_version(args.generator)
     spec = fit.load_spec(args.trace_gen)  # a spec, or a fit file's pooled spec
     shape = dict(iterations=args.iterations, layers=args.layers, tokens=args.tokens,
                  num_experts=m.num_experts, top_k=m.top_k)
-    lazy = gen.generate_chunked(spec, key, num_traces=args.traces, **shape)  # nothing made yet
+    lazy = generate_chunked(version, spec, key, num_traces=args.traces, **shape)  # not made yet
     systems.check_trace_fits(lazy, m, entry.needs_tokens, setup.policy.system)
     tb, scratch = budget.trace_bytes_per_trace(lazy)  # all traces held, a block of points each
     budget.check_traces_fit(held=args.traces, working=args.traces * (args.points_per_call or 1),
                             trace_bytes=tb, scratch_bytes=scratch, shape=budget.trace_shape(lazy))
-    traces = gen.generate(spec, key, num_traces=args.traces, **shape)
+    traces = (gen.generate(spec, key, num_traces=args.traces, **shape) if version == 1
+              else lazy.materialize())
     sample_keys = jax.random.key_data(jax.random.split(key, 1))
     sample = jax.tree_util.tree_map(lambda x: x[:1], traces)
     plan = sweep.make_plan(setup, entry, traces.num_iterations, list(points), sample,
@@ -94,13 +105,13 @@ def command(args) -> int:
           f"{list(plan.params_keys)}, hardware keys {list(plan.hardware_keys)})")
     d = Path(args.out)
     with together():  # the three files or none (a full disk)
-        _write(d, points, cols, args, setup, plan, varies, n_pts, wall, spec)
+        _write(d, points, cols, args, setup, plan, varies, n_pts, wall, spec, version)
     print(f"wrote {d / 'sweep.csv'}, {d / 'sweep.png'} and {d / 'summary.json'}")
     return 0
 
 
 def _write(d: Path, points, cols, args, setup, plan, varies, n_pts: int, wall: float,
-           spec) -> None:
+           spec, version: int) -> None:
     m = setup.model
     atomic_write_csv(d / "sweep.csv", cols)
     plot(d / "sweep.png", points, cols, args.metric,
@@ -115,7 +126,7 @@ def _write(d: Path, points, cols, args, setup, plan, varies, n_pts: int, wall: f
         "best": {k: float(v[int(np.argmin(cols[f'{args.metric}_mean']))])
                  for k, v in cols.items()},
         "provenance": provenance.record(args.seed, {
-            **trace_provenance.generated(gen.spec_to_str(spec), args.seed),
+            **trace_provenance.generated(gen.spec_to_str(spec), args.seed, version),
             **({"fit": args.trace_gen} if args.trace_gen.strip().endswith(".json") else {})}),
     })
 
@@ -141,6 +152,9 @@ SERVING_METRICS = ("itl_mean_s", "itl_p99_s", "throughput_tok_s", "ttft_mean_s")
 def _serving(args, setup, entry, points, varies) -> int:
     """A sweep of a stream-serving policy (`moejax.runner.sweep.run_streams`): one row per
     design point with throughput, ITL mean / p99 and TTFT over its streams."""
+    if args.generator != DEFAULT_GENERATOR:
+        raise ConfigError(f"--generator: policy {setup.policy.name!r} draws Poisson request "
+                          "streams, not routing traces; drop it")
     if args.workload not in WORKLOADS:
         raise ConfigError(f"--workload {args.workload!r}: allowed: {', '.join(WORKLOADS)}")
     if args.rate is not None and not args.rate > 0:

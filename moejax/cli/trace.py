@@ -9,7 +9,12 @@ from pathlib import Path
 import jax
 
 from moejax.cli import trace_tools
-from moejax.cli.args import positive_int
+from moejax.cli.args import (
+    add_generator_argument,
+    generate_chunked,
+    generator_version,
+    positive_int,
+)
 from moejax.errors import ConfigError
 from moejax.output import provenance as run_provenance
 from moejax.output.progress import study_progress
@@ -32,6 +37,7 @@ def add_parser(sub):
     g.add_argument("--iterations", type=positive_int, default=1)
     g.add_argument("--layers", type=positive_int, default=1)
     g.add_argument("--seed", type=int, default=0)
+    add_generator_argument(g)
     g.set_defaults(trace_fn=run_gen)
     i = tsub.add_parser("inspect", help="summarize a trace file")
     i.add_argument("file")
@@ -53,14 +59,16 @@ def run(args) -> int:
 def run_gen(args) -> int:
     """`moejax trace gen SPEC --out FILE.npz ...`."""
     spec = gen.parse_spec(args.spec)
-    lazy = gen.generate_chunked(spec, jax.random.key(args.seed), num_traces=args.traces,
-                                iterations=args.iterations, layers=args.layers,
-                                tokens=args.tokens, num_experts=args.experts, top_k=args.top_k)
+    version = generator_version(args.generator)
+    lazy = generate_chunked(version, spec, jax.random.key(args.seed), num_traces=args.traces,
+                            iterations=args.iterations, layers=args.layers,
+                            tokens=args.tokens, num_experts=args.experts, top_k=args.top_k)
     budget.check_whole_batch(lazy)  # the file is written whole: fits, or one line
     tr = lazy.materialize()
     spec_s = gen.spec_to_str(spec)
     trace_io.save(args.out, tr, {"generator": spec_s, "seed": args.seed,
-                                 provenance.KEY: provenance.generated(spec_s, args.seed)})
+                                 provenance.KEY: provenance.generated(spec_s, args.seed,
+                                                                      version)})
     print(f"wrote {args.out}: {args.traces} traces x {args.iterations} iterations x "
           f"{args.layers} layers x {args.tokens} tokens, E={args.experts}, k={args.top_k}")
     return 0

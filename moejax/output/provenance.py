@@ -49,7 +49,9 @@ def one_line(data: dict | None) -> str:
     if not data:
         return "unknown data"
     if data.get("kind") == "generated":
-        return f"generated {data.get('generator')} (seed {data.get('seed')})"
+        version = (f", generator version {data['generator_version']}"
+                   if "generator_version" in data else "")
+        return f"generated {data.get('generator')} (seed {data.get('seed')}{version})"
     if data.get("kind") == "concat":
         parts = "; ".join(one_line({k: v for k, v in p.items() if k != "file"})
                           for p in data.get("parts", ()))

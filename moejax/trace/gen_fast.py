@@ -1,110 +1,475 @@
-"""Generator version 2 (experimental, not the default): the same distribution as
-`moejax.trace.gen.generate`, drawn with 2k uniforms per token instead of a Gumbel score for
-every expert.
+"""Generator version 3 (`--generator fast`, not the default): the law of
+`moejax.trace.gen.generate` (version 1), drawn by a compiled CPU sampler in a few random words
+per (token, choice) instead of a Gumbel score for every expert.
 
-`generate` draws E Gumbel scores per token and keeps the top k (the Gumbel-top-k trick):
-for 256 tokens of 128 experts that is 32,768 threefry words per layer and iteration, and the
-random bits are most of its time on CPU. Version 2 samples the same law sequentially:
+Version 1 draws E Gumbel scores per token and keeps the top k (Gumbel-top-k): for 256 tokens
+of 128 experts that is 32,768 threefry words per trace and layer, most of its time. Version 3:
 
-- expert j+1 is drawn from the popularity with the j chosen experts removed (inverse CDF of
-  one uniform mapped past the removed intervals, then a binary search in the CDF); this is
-  the law of the argmax of the remaining perturbed scores, which is independent of the
-  value of that maximum (Gumbel-max);
-- the chosen experts' perturbed scores, which set the gate weights (softmax over the k),
-  are drawn top down: the largest is Gumbel(log 1), each next one a Gumbel(log of the
-  remaining mass) truncated below the previous, `-log(exp(-z_prev) + exp(-G))`.
+- the popularity p[I, L, E]: of a family whose experts' weights by rank are fixed and only
+  their order is drawn (`SHUFFLED`: uniform, powerlaw, exponential, lognormal), version 1's
+  weights in an order drawn by Fisher-Yates on version 3's stream (a uniformly random
+  permutation per layer, as version 1's argsort of uniforms); of the others (normal, drift)
+  version 1's own popularity of the trace (`families.log_popularity` on the same key);
+- ids: each token draws experts with replacement from p (Walker's alias table, integer
+  thresholds: one 64-bit word gives the column and the coin) and rejects repeats. Sampling
+  successive experts with probability proportional to p among those not yet chosen is the law
+  of Gumbel-top-k's ids in score order; drawing with replacement and rejecting repeats has
+  exactly that law. Past `MAX_TRIALS` * k candidates (a token whose chosen experts hold
+  nearly all the mass) its missing choices are drawn directly from the free experts by inverse
+  CDF: given the choices so far, the next one's law does not depend on how many candidates
+  were rejected, so the law is unchanged;
+- gate weights: Gumbel-top-k's perturbed scores are z = -log X, X_e ~ Exp(rate p_e)
+  (X_e = -log u / p_e). In score order X_(1) ~ Exp(rate 1) and, by memorylessness,
+  X_(j+1) = X_(j) + Exp(rate left_j), left_j the mass not yet chosen; the weights are
+  softmax(z) = (1 / X_j) / sum(1 / X). One more word and one log per choice.
 
-So (ids, scores) have the joint law of Gumbel-top-k, and the traces the law of version 1;
-the random stream differs, so a trace from version 2 is not the trace of version 1 with the
-same key (the committed study results use version 1).
+Random stream: splitmix64 (Steele, Lea and Flood 2014) seeded per token by mixing a 64-bit
+trace seed (the words of the trace's key, `jax.random.split(key, num_traces)[t]`) with the
+token's index; a token's words therefore do not depend on the chunk, the thread count or the
+order traces are made in. The stream differs from version 1's, so a trace of version 3 is
+not version 1's trace with the same key (every committed study result uses version 1).
 """
 
 from __future__ import annotations
 
 import functools
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
+import numba as nb
+import numpy as np
 
+from moejax.errors import ConfigError
 from moejax.trace.checks import (
     check_int,
     check_key,
     check_shape_args,
     check_tokens_per_iteration,
 )
-from moejax.trace.core import Trace, counts_from_ids
-from moejax.trace.families import draw, log_popularity
+from moejax.trace.chunked import ChunkedTraces, key_data_of
+from moejax.trace.core import Trace
+from moejax.trace.families import log_popularity
 from moejax.trace.gen import parse_spec, split_spec
 
-VERSION = 2
+VERSION = 3
+# Candidates a token draws per round (with replacement, from the alias table), and at most
+# MAX_TRIALS * k of them before its missing choices are drawn from the free experts by
+# inverse CDF (O(E) each: a token whose chosen experts hold nearly all the mass).
+ROUND = 8
+MAX_TRIALS = 32
+# An alias table entry packs the threshold (33 bits) above the alias (ALIAS_BITS bits).
+ALIAS_BITS = 24
+ALIAS_MASK = (1 << ALIAS_BITS) - 1
+MAX_EXPERTS = 1 << ALIAS_BITS
+
+_U = np.uint64
+_GOLDEN = _U(0x9E3779B97F4A7C15)
+_M1 = _U(0xBF58476D1CE4E5B9)
+_M2 = _U(0x94D049BB133111EB)
+_LOW32 = _U(0xFFFFFFFF)
 
 
-def _sample_one(static, floats, key, tpi, iterations, layers, tokens, num_experts, top_k):
-    """Leaves of one trace (tpi int32 [I]), version 2."""
-    k_pop, k_tok = jax.random.split(key)
-    log_p = log_popularity(static, floats, k_pop, iterations, layers, num_experts)
-    p = jax.nn.softmax(log_p, axis=-1)  # [I, L, E]
-    cdf = jnp.cumsum(p, axis=-1)
-    start = cdf - p  # each expert's interval [start, cdf)
-    u = draw(jax.random.uniform, k_tok, (iterations, layers, tokens, 2 * top_k))
-    pick_u, score_u = u[..., :top_k], u[..., top_k:]
-    find = jax.vmap(jax.vmap(lambda c, y: jnp.searchsorted(c, y, side="right")))  # over I, L
-    # experts by falling popularity: among the first j + 1 of them one is still free
-    likeliest = jnp.argsort(-p, axis=-1, stable=True)[..., : top_k].astype(jnp.int32)
-    ids, widths, starts, scores = [], [], [], []
-    left = jnp.ones((iterations, layers, tokens), jnp.float32)  # mass not yet chosen
-    z_prev = None
-    for j in range(top_k):  # static k: each step is O(j) per token
-        x = pick_u[..., j] * left
-        y = x
-        for _ in range(j):  # past the removed intervals: a fixed point reached in j steps
-            y = x + sum(jnp.where(s <= y, w, 0.0) for s, w in zip(starts, widths, strict=True))
-        e = jnp.minimum(find(cdf, y), num_experts - 1).astype(jnp.int32)
-        pe = jnp.take_along_axis(p, e, axis=-1)
-        taken = functools.reduce(jnp.logical_or, [e == c for c in ids], pe <= 0)
-        # float rounding at an interval's edge: the likeliest expert still free instead
-        fallback = likeliest[:, :, None, j] + jnp.zeros_like(e)
-        for r in range(j - 1, -1, -1):
-            cand = likeliest[:, :, None, r]
-            free = ~functools.reduce(jnp.logical_or, [cand == c for c in ids],
-                                     jnp.zeros_like(e, bool))
-            fallback = jnp.where(free, cand, fallback)
-        e = jnp.where(taken, fallback, e)
-        pe = jnp.take_along_axis(p, e, axis=-1)
-        g = jnp.log(left) - jnp.log(-jnp.log(score_u[..., j]))  # Gumbel(log left)
-        z = g if z_prev is None else -jnp.logaddexp(-z_prev, -g)  # truncated below z_prev
-        ids.append(e)
-        scores.append(z)
-        widths.append(pe)
-        starts.append(jnp.take_along_axis(start, e, axis=-1))
-        left = jnp.maximum(left - pe, 0.0)
-        z_prev = z
-    ids = jnp.stack(ids, axis=-1)  # [I, L, N, K], in score order like `lax.top_k`
-    scores = jnp.stack(scores, axis=-1)
-    real = jnp.arange(tokens)[None, :] < tpi[:, None]  # [I, N]
-    m4 = real[:, None, :, None]
-    ids = jnp.where(m4, ids, -1).astype(jnp.int32)
-    weights = jnp.where(m4, jax.nn.softmax(scores, axis=-1), 0.0)
-    return (ids, weights, real, jnp.full(real.shape, -1, jnp.int32),
-            counts_from_ids(ids, num_experts))
+@nb.njit(cache=True, inline="always")
+def _mix64(z):
+    """splitmix64's finalizer: a bijective 64-bit mixer."""
+    z = (z ^ (z >> _U(30))) * _M1
+    z = (z ^ (z >> _U(27))) * _M2
+    return z ^ (z >> _U(31))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4, 5, 6, 7, 8))
-def _sample_batch(static, floats, keys, tpi, iterations, layers, tokens, num_experts, top_k):
-    one = functools.partial(_sample_one, static, floats, iterations=iterations, layers=layers,
-                            tokens=tokens, num_experts=num_experts, top_k=top_k)
-    return jax.vmap(one)(keys, tpi)
+@nb.njit(cache=True, inline="always")
+def _unit(w):
+    """A uniform in (0, 1] from the top 53 bits of a word (float64)."""
+    return (np.float64(w >> _U(11)) + 1.0) * (1.0 / 9007199254740992.0)
 
 
-def generate(spec, key, *, num_traces: int, iterations: int, layers: int, tokens: int,
-             num_experts: int, top_k: int, tokens_per_iteration=None) -> Trace:
-    """`moejax.trace.gen.generate`'s arguments and law, drawn by version 2 (see the module
-    docstring); trace t uses `jax.random.split(key, num_traces)[t]`."""
+@nb.njit(cache=True)
+def _alias(p, total, table, q, small, large):
+    """Walker's alias table of p (float32 [E], sum `total`), built in float64 (Vose's method)
+    into `table` (int64 [E]): column c holds (thr << ALIAS_BITS) | alias, and keeps c when a
+    32-bit coin is below thr (an integer in [0, 2^32]), else takes alias. One array, so the
+    candidates' lookups are one gather each."""
+    e = p.shape[0]
+    ns = 0
+    nl = 0
+    for c in range(e):
+        q[c] = p[c] * e / total
+        table[c] = (np.int64(4294967296) << ALIAS_BITS) | c
+        if q[c] < 1.0:
+            small[ns] = c
+            ns += 1
+        else:
+            large[nl] = c
+            nl += 1
+    while ns > 0 and nl > 0:
+        ns -= 1
+        s = small[ns]
+        g = large[nl - 1]
+        table[s] = (np.int64(q[s] * 4294967296.0) << ALIAS_BITS) | g
+        q[g] = (q[g] + q[s]) - 1.0
+        if q[g] < 1.0:
+            nl -= 1
+            small[ns] = g
+            ns += 1
+    top = 0
+    for c in range(e):
+        if p[c] > p[top]:
+            top = c
+    for j in range(ns):  # what rounding leaves over keeps its own column if it has mass
+        c = small[j]
+        if not p[c] > 0:
+            table[c] = top  # threshold 0: always the likeliest expert
+
+
+@nb.njit(cache=True)
+def _free_inverse_cdf(row, stamp, m, w):
+    """An expert drawn from row (float32 [E]) restricted to those not stamped m, by inverse
+    CDF of the word w; if float rounding runs past the end, the last free expert with mass
+    (or the first free one when none has any)."""
+    free = 0.0
+    for c in range(row.shape[0]):
+        if stamp[c] != m:
+            free += row[c]
+    target = _unit(w) * free
+    acc = 0.0
+    last = -1
+    first = -1
+    for c in range(row.shape[0]):
+        if stamp[c] == m:
+            continue
+        if first < 0:
+            first = c
+        if row[c] > 0:
+            last = c
+            acc += row[c]
+            if acc >= target:
+                return c
+    return last if last >= 0 else first
+
+
+@nb.njit(cache=True)
+def _trace(p, seed, tpi, ids, weights, counts, with_weights):
+    """One trace: p float32 [I, L, E], seed uint64, tpi int32 [I]; writes ids int32
+    [I * L * N, K] (-1 beyond tpi), weights float32 [I * L * N, K] (0 beyond tpi, and
+    everywhere when not `with_weights`), counts float32 [I * L, E] (zeroed by the caller).
+
+    A token's words: candidate c (c = 1, 2, ...) from mix(s + c G), gate weight j from
+    mix(s + (2^32 + j) G), inverse-CDF draw j from mix(s + (2^33 + j) G), where
+    s = mix(seed ^ m G) for token m of the trace and G the golden-ratio increment; so the
+    ids do not depend on whether weights are drawn."""
+    n_i, n_l, e = p.shape
+    k = ids.shape[1]
+    n = ids.shape[0] // (n_i * n_l)
+    table = np.empty(e, np.int64)
+    q = np.empty(e, np.float64)
+    small = np.empty(e, np.int64)
+    large = np.empty(e, np.int64)
+    stamp = np.full(e, -1, np.int64)  # token index that last chose each expert
+    chosen = np.empty(k + ROUND, np.int64)
+    cand = np.empty(ROUND, np.int64)
+    xs = np.empty(k, np.float64)
+    for i in range(n_i):
+        for l in range(n_l):
+            row = p[i, l]
+            total = 0.0
+            for c in range(e):
+                total += row[c]
+            _alias(row, total, table, q, small, large)
+            il = i * n_l + l
+            for t in range(n):
+                m = il * n + t
+                if t >= tpi[i]:
+                    for j in range(k):
+                        ids[m, j] = -1
+                        weights[m, j] = 0.0
+                    continue
+                s0 = _mix64(seed ^ (_U(m) * _GOLDEN))
+                _token_ids(row, table, s0, m, stamp, cand, chosen, k)
+                for j in range(k):
+                    c = chosen[j]
+                    ids[m, j] = c
+                    counts[il, c] += 1.0
+                if with_weights:
+                    _gate_weights(row, total, chosen, k, s0, weights, m, xs)
+                else:
+                    for j in range(k):
+                        weights[m, j] = 0.0
+
+
+@nb.njit(cache=True, inline="always")
+def _token_ids(row, table, s0, m, stamp, cand, chosen, k):
+    """chosen[:k] = token m's k distinct experts in draw order: candidates with replacement
+    from the alias table, ROUND at a time (branch free), the first k distinct kept; past
+    MAX_TRIALS * k candidates, the missing ones by inverse CDF over the free experts."""
+    ew = _U(row.shape[0])
+    got = 0
+    for r in range(MAX_TRIALS * k // ROUND):
+        base = r * ROUND + 1
+        for b in range(ROUND):
+            w = _mix64(s0 + _U(base + b) * _GOLDEN)
+            col = np.int64(((w >> _U(32)) * ew) >> _U(32))
+            entry = table[col]
+            other = entry & ALIAS_MASK
+            keep = np.int64(np.int64(w & _LOW32) < (entry >> ALIAS_BITS))
+            cand[b] = other + keep * (col - other)
+        for b in range(ROUND):
+            c = cand[b]
+            fresh = stamp[c] != m
+            stamp[c] = m
+            chosen[got] = c
+            got += fresh
+        if got >= k:
+            break
+    for j in range(got, k):
+        w = _mix64(s0 + (_U(2**33) + _U(j)) * _GOLDEN)
+        c = _free_inverse_cdf(row, stamp, m, w)
+        stamp[c] = m
+        chosen[j] = c
+
+
+@nb.njit(cache=True, inline="always")
+def _gate_weights(row, total, chosen, k, s0, out, m, xs):
+    """Softmax of Gumbel-top-k's scores of the chosen experts, drawn top down: exponential
+    race times X_j = X_(j-1) + Exp(1) / left_(j-1) (the logs of 24-bit uniforms in float32,
+    as version 1's float32 Gumbels; sums in float64); weights (1 / X_j) / sum(1 / X)."""
+    left = 1.0  # float64: the mass left after the likeliest experts can be ~1e-6
+    x = 0.0
+    inv = 0.0
+    for j in range(k):
+        w = _mix64(s0 + (_U(2**32) + _U(j)) * _GOLDEN)
+        u = np.float32((w >> _U(40)) + _U(1)) * np.float32(5.9604645e-08)  # (0, 1], 24 bits
+        x += -np.log(u) / max(left, 1e-300)
+        xs[j] = x
+        inv += 1.0 / x
+        left -= row[chosen[j]] / total
+    for j in range(k):
+        out[m, j] = (1.0 / xs[j]) / inv
+
+
+@nb.njit(cache=True, nogil=True)
+def _batch(p, seeds, tpi, ids, weights, counts, with_weights):
+    """`_trace` over traces (one thread; `_batch_parallel` spreads traces over threads)."""
+    for t in range(p.shape[0]):
+        _trace(p[t], seeds[t], tpi[t], ids[t], weights[t], counts[t], with_weights)
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def _batch_parallel(p, seeds, tpi, ids, weights, counts, with_weights):
+    for t in nb.prange(p.shape[0]):
+        _trace(p[t], seeds[t], tpi[t], ids[t], weights[t], counts[t], with_weights)
+
+
+_KERNEL_LOCK = threading.Lock()  # numba's workqueue layer runs one parallel kernel at a time
+
+
+def sample_tokens(p, seeds, tpi, tokens: int, top_k: int, *, gate_weights: bool = True,
+                  parallel: bool = False):
+    """(ids int32 [T, I, L, N, K], weights float32 [T, I, L, N, K], counts float32
+    [T, I, L, E]) of popularities p (float32 [T, I, L, E]), token seeds (uint64 [T]) and
+    real tokens per iteration tpi (int32 [T, I]). gate_weights=False: weights not drawn
+    (zeros; the ids are the same). parallel: traces over numba's threads
+    (`numba.set_num_threads`); the result does not depend on it."""
+    p = np.ascontiguousarray(p, np.float32)
+    t, i, l, e = p.shape
+    ids = np.empty((t, i * l * tokens, top_k), np.int32)
+    weights = np.empty((t, i * l * tokens, top_k), np.float32)
+    counts = np.zeros((t, i * l, e), np.float32)
+    seeds = np.ascontiguousarray(seeds, np.uint64)
+    tpi = np.ascontiguousarray(tpi, np.int32)
+    if parallel and t > 1:
+        with _KERNEL_LOCK:
+            _batch_parallel(p, seeds, tpi, ids, weights, counts, gate_weights)
+    else:
+        _batch(p, seeds, tpi, ids, weights, counts, gate_weights)
+    shape = (t, i, l, tokens, top_k)
+    return ids.reshape(shape), weights.reshape(shape), counts.reshape(t, i, l, e)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3, 4, 5, 6))
+def _popularity(static, floats, key_data, iterations, layers, num_experts, impl):
+    """p float32 [T, I, L, E] of traces with keys key_data: version 1's popularity (the same
+    split of each trace key)."""
+    keys = jax.random.wrap_key_data(key_data, impl=impl)
+
+    def one(key):
+        k_pop, _ = jax.random.split(key)
+        return jnp.exp(log_popularity(static, floats, k_pop, iterations, layers, num_experts))
+
+    return jax.vmap(one)(keys)
+
+
+@nb.njit(cache=True, nogil=True)
+def _shuffled(w, seeds, out):
+    """out[t, i, l, c] = w[perm_tl[c]]: the weights by rank w (float32 [E]) in a uniformly
+    random order per trace and layer (Fisher-Yates on the trace's stream, words
+    mix(mix(seed ^ D) + (l E + c + 1) G)), the same in every iteration."""
+    n_t, n_i, n_l, e = out.shape
+    perm = np.empty(e, np.int64)
+    for t in range(n_t):
+        s0 = _mix64(seeds[t] ^ _SHUFFLE_DOMAIN)
+        for l in range(n_l):
+            for c in range(e):
+                perm[c] = c
+            for c in range(e - 1, 0, -1):
+                w64 = _mix64(s0 + _U(l * e + c + 1) * _GOLDEN)
+                j = np.int64(((w64 >> _U(32)) * _U(c + 1)) >> _U(32))
+                perm[c], perm[j] = perm[j], perm[c]
+            for i in range(n_i):
+                for c in range(e):
+                    out[t, i, l, c] = w[perm[c]]
+
+
+# Families whose popularity is one weight vector by rank with the ranks shuffled per layer
+# (`families._ranked`, fixed over iterations): version 3 shuffles them on its own stream
+# (Fisher-Yates), the law of version 1's argsort of uniforms, without a compiled call.
+SHUFFLED = ("uniform", "powerlaw", "exponential", "lognormal")
+_SHUFFLE_DOMAIN = _U(0xD1B54A32D192ED03)
+
+
+def token_seeds(key_words) -> np.ndarray:
+    """uint64 [T] seeds from the traces' key data (uint32 [T, W]): the words mixed in."""
+    words = np.asarray(key_words).astype(np.uint64).reshape(len(key_words), -1)
+    s = np.full(len(words), 0x6A09E667F3BCC908, np.uint64)
+    with np.errstate(over="ignore"):
+        for w in words.T:
+            s = _mix64_np(s ^ w)
+    return s
+
+
+def _mix64_np(z: np.ndarray) -> np.ndarray:
+    z = (z ^ (z >> _U(30))) * _M1
+    z = (z ^ (z >> _U(27))) * _M2
+    return z ^ (z >> _U(31))
+
+
+# Traces per popularity call: every call has this shape (the last block padded), so a trace's
+# popularity is computed by the same program, bit for bit, whatever chunk it is made in (XLA
+# may round differently in programs of different batch sizes).
+POPULARITY_BLOCK = 128
+
+
+def rank_weights(static, floats, num_experts: int, key_data, impl) -> np.ndarray:
+    """A `SHUFFLED` family's popularity by rank, float32 [E] (descending): version 1's values
+    (its popularity of one layer of the trace with key data key_data [1, W], sorted)."""
+    p = _popularity(static, floats, key_data, 1, 1, num_experts, impl)
+    return np.sort(np.asarray(p).ravel())[::-1].copy()
+
+
+def popularity_of(static, floats, key_data, impl, iterations, layers, num_experts,
+                  weights=None):
+    """p float32 [T, I, L, E] of traces with keys key_data: `_shuffled` of `weights` (a
+    `SHUFFLED` family's `rank_weights`), or else version 1's popularity, in blocks of
+    POPULARITY_BLOCK."""
+    n = len(key_data)
+    if weights is not None:
+        out = np.empty((n, iterations, layers, num_experts), np.float32)
+        _shuffled(weights, token_seeds(key_data), out)
+        return out
+    ps = []
+    for s in range(0, n, POPULARITY_BLOCK):
+        block = key_data[s:s + POPULARITY_BLOCK]
+        m = len(block)
+        if m < POPULARITY_BLOCK:
+            block = np.concatenate([block, np.repeat(block[-1:], POPULARITY_BLOCK - m, 0)])
+        ps.append(np.asarray(_popularity(static, floats, block, iterations, layers,
+                                         num_experts, impl))[:m])
+    return np.concatenate(ps)
+
+
+def _make(static, floats, key_data, impl, tpi, shape, gate_weights, parallel, w):
+    i, l, n, e, k = shape
+    p = popularity_of(static, floats, key_data, impl, i, l, e, w)
+    ids, weights, counts = sample_tokens(p, token_seeds(key_data), tpi, n, k,
+                                         gate_weights=gate_weights, parallel=parallel)
+    mask = np.arange(n)[None, None, :] < np.asarray(tpi)[:, :, None]  # [T, I, N]
+    return Trace(ids, weights, mask, np.full(mask.shape, -1, np.int32), counts,
+                 num_experts=e, top_k=k)
+
+
+def _checked(spec, key, num_traces, iterations, layers, tokens, num_experts, top_k, tpi):
     spec = parse_spec(spec)
     key = check_key(key)
     num_traces = check_int("num_traces", num_traces)
     shape = check_shape_args(iterations, layers, tokens, num_experts, top_k)
-    tpi = check_tokens_per_iteration(tokens_per_iteration, (num_traces,), shape[0], shape[2])
-    keys = jax.random.split(key, num_traces)
-    leaves = _sample_batch(*split_spec(spec), keys, jnp.asarray(tpi), *shape)
-    return Trace(*leaves, num_experts=shape[3], top_k=shape[4])
+    if shape[3] > MAX_EXPERTS:
+        raise ConfigError(f"num_experts: {shape[3]} is more than generator version 3 packs "
+                          f"in its alias table; allowed: 1..{MAX_EXPERTS}")
+    if tpi is None:
+        tpi = np.broadcast_to(np.int32(shape[2]), (shape[0],))
+    tpi = check_tokens_per_iteration(tpi, (num_traces,), shape[0], shape[2])
+    return spec, key, num_traces, shape, np.asarray(tpi, np.int32)
+
+
+def generate(spec, key, *, num_traces: int, iterations: int, layers: int, tokens: int,
+             num_experts: int, top_k: int, tokens_per_iteration=None,
+             gate_weights: bool = True, parallel: bool = False) -> Trace:
+    """`moejax.trace.gen.generate`'s arguments and law, drawn by version 3 (module doc);
+    trace t uses `jax.random.split(key, num_traces)[t]`. Leaves are NumPy arrays.
+    gate_weights=False: gate weights not drawn (zeros), for consumers that read only ids and
+    counts (no system's simulation reads them); the ids and counts are the same.
+    parallel: traces spread over numba's threads; the result does not depend on it."""
+    lazy = generate_chunked(spec, key, num_traces=num_traces, iterations=iterations,
+                            layers=layers, tokens=tokens, num_experts=num_experts, top_k=top_k,
+                            tokens_per_iteration=tokens_per_iteration,
+                            gate_weights=gate_weights, parallel=parallel, prefetch=False)
+    return lazy.materialize()
+
+
+def generate_chunked(spec, key, *, num_traces: int, iterations: int, layers: int, tokens: int,
+                     num_experts: int, top_k: int, tokens_per_iteration=None,
+                     gate_weights: bool = True, parallel: bool = False,
+                     prefetch: bool = True) -> ChunkedTraces:
+    """Version 3's batch made a chunk at a time (`ChunkedTraces`); the chunks, joined, equal
+    `generate`. prefetch: when chunk [a, b) is asked for, chunk [b, 2b - a) is started on a
+    thread (the sampler releases the GIL), so a consumer that simulates chunk i meanwhile
+    waits for max(generation, simulation), not their sum."""
+    spec, key, num_traces, shape, tpi = _checked(spec, key, num_traces, iterations, layers,
+                                                 tokens, num_experts, top_k,
+                                                 tokens_per_iteration)
+    split = functools.cache(lambda: key_data_of(key, num_traces))
+    static, floats = split_spec(spec)
+
+    @functools.cache
+    def weights_by_rank():
+        key_data, impl = split()
+        return rank_weights(static, floats, shape[3], key_data[:1], impl)
+
+    def build(start: int, stop: int) -> Trace:
+        key_data, impl = split()
+        w = weights_by_rank() if spec.family in SHUFFLED else None
+        return _make(static, floats, key_data[start:stop], impl, tpi[start:stop], shape,
+                     gate_weights, parallel, w)
+
+    make = _Prefetcher(build, num_traces) if prefetch else build
+    i, l, n, e, k = shape
+    return ChunkedTraces(num_traces, make, e, k, i, l, n,
+                         scratch_bytes_per_trace=4 * i * l * e)
+
+
+class _Prefetcher:
+    """`build(start, stop)` with the next chunk of the same width made ahead on one thread."""
+
+    def __init__(self, build, num_traces: int):
+        self.build, self.num_traces = build, num_traces
+        self.pool: ThreadPoolExecutor | None = None
+        self.ahead: tuple[int, int, Future] | None = None
+
+    def __call__(self, start: int, stop: int) -> Trace:
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead[:2] == (start, stop):
+            out = ahead[2].result()
+        else:
+            if ahead is not None:
+                ahead[2].cancel()
+            out = self.build(start, stop)
+        nxt = (stop, min(stop + (stop - start), self.num_traces))
+        if nxt[0] < nxt[1]:
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(1, thread_name_prefix="moejax-gen")
+            self.ahead = (*nxt, self.pool.submit(self.build, *nxt))
+        elif self.pool is not None:  # the last chunk: nothing left to make
+            self.pool.shutdown(wait=False)
+            self.pool = None
+        return out

@@ -5,7 +5,8 @@ table) names its data.
 A recording imported by `moejax trace import` records {"kind": "recording", "source": the
 source file(s), "format": the importer, "options": the importer options}; `trace slice`,
 `concat` and `split` append a step to "derived" (and `concat` keeps its parts' provenance
-under "parts"); `trace gen` records {"kind": "generated", "generator", "seed"}. The key is
+under "parts"); `trace gen` records {"kind": "generated", "generator", "seed"} and, for a
+generator version other than 1, "generator_version". The key is
 optional: files written before it load as before, and `describe` says what it can.
 """
 
@@ -26,9 +27,13 @@ def imported(fmt: str, srcs, options: dict, version: str) -> dict:
             f"moejax {version}", "derived": []}
 
 
-def generated(spec: str, seed: int) -> dict:
-    """Provenance of generated traces."""
-    return {"kind": "generated", "generator": spec, "seed": int(seed), "derived": []}
+def generated(spec: str, seed: int, version: int = 1) -> dict:
+    """Provenance of generated traces; `generator_version` recorded when not version 1 (the
+    default, whose records stay as they were)."""
+    out = {"kind": "generated", "generator": spec, "seed": int(seed), "derived": []}
+    if version != 1:
+        out["generator_version"] = int(version)
+    return out
 
 
 def of(meta: dict | None) -> dict:
