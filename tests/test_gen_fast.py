@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -162,28 +160,25 @@ def test_no_simulation_reads_gate_weights():
     assert not readers, readers
 
 
-def run_cli(*argv):
-    return subprocess.run([sys.executable, "-m", "moejax.cli.main", *argv], cwd=ROOT,
-                          capture_output=True, text=True)
+def test_cli_generator_choice(tmp_path, capsys):
+    # in process (`main` returns the exit code): one import of JAX and numba for the four runs
+    from moejax.cli.main import main
 
-
-def test_cli_generator_choice(tmp_path):
-    bad = run_cli("simulate", "--traces", "4", "--generator", "2", "--quiet")
-    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
-    assert "--generator" in bad.stderr and "fast" in bad.stderr
+    assert main(["simulate", "--traces", "4", "--generator", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--generator" in err and "fast" in err, err
     out = tmp_path / "t.npz"
-    ok = run_cli("trace", "gen", "uniform", "--experts", "8", "--top-k", "2", "--tokens", "8",
-                 "--traces", "3", "--generator", "fast", "--out", str(out))
-    assert ok.returncode == 0, ok.stderr
+    assert main(["trace", "gen", "uniform", "--experts", "8", "--top-k", "2", "--tokens", "8",
+                 "--traces", "3", "--generator", "fast", "--out", str(out)]) == 0
     from moejax.trace import io as trace_io
 
     tr, meta = trace_io.load(out)
     core.validate(tr)
     assert meta["provenance"]["generator_version"] == 3
-    no = run_cli("simulate", "--trace", str(out), "--generator", "fast", "--quiet")
-    assert no.returncode == 2 and "--generator" in no.stderr
-    sw = run_cli("sweep", "--vary", "link_Bps=50e9,100e9", "--traces", "4", "--tokens", "16",
-                 "--generator", "fast", "--quiet", "--out", str(tmp_path / "sw"))
-    assert sw.returncode == 0, sw.stderr
+    capsys.readouterr()
+    assert main(["simulate", "--trace", str(out), "--generator", "fast", "--quiet"]) == 2
+    assert "--generator" in capsys.readouterr().err
+    assert main(["sweep", "--vary", "link_Bps=50e9,100e9", "--traces", "4", "--tokens", "16",
+                 "--generator", "fast", "--quiet", "--out", str(tmp_path / "sw")]) == 0
     summary = json.loads((tmp_path / "sw" / "summary.json").read_text())
     assert summary["provenance"]["data"]["generator_version"] == 3
