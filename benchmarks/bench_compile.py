@@ -74,7 +74,10 @@ system_, params = SYSTEMS[s.policy.system].from_policy(s.platform, s.model,
                                                        s.policy.options_table(), iterations)
 from moejax.runner import engine
 keys = jax.random.key_data(jax.random.split(jax.random.key(0), n))
-prog = engine.compiled_program(system_, False, "threefry2x32")
+if hasattr(engine, "program_for"):  # the program simulate runs these params with
+    prog = engine.program_for(system_, params, False, "threefry2x32")
+else:
+    prog = engine.compiled_program(system_, False, "threefry2x32")
 inner = getattr(prog, "fn", prog).__wrapped__
 fn = jax.jit(lambda *a: inner(*a))  # a new function: traced, lowered and compiled anew
 t = time.perf_counter(); traced = fn.trace(params, traces, keys); t_trace = time.perf_counter() - t
