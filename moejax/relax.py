@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-
 # True while a program is traced whose temperatures are all known to be 0 (`hard_program`).
 _HARD = threading.local()
 
