@@ -5,7 +5,8 @@ argmax assignment, rounding an integer count) goes through here, so one step fun
 serves exact evaluation and gradient-based tuning. `tau` may be a Python float (the branch is
 chosen statically) or a traced scalar (temperature schedules, `lax.cond`, so hard mode does
 not pay for the smooth branch); the smooth branch always sees a safe positive temperature,
-so neither branch produces NaNs or NaN gradients.
+so neither branch produces NaNs or NaN gradients. A program traced in `hard_program` (params
+whose temperatures are all 0) compiles each such cond's hard branch only.
 """
 
 from __future__ import annotations
