@@ -1,8 +1,10 @@
 """What a user waits for before the first answer: per system, the first and the second
 `api.simulate` call at 16 traces (the second identical call must not compile), the split of
 the first call into tracing, lowering and XLA compile, and the lowered program's size (HLO
-op lines); cold (no persistent cache) and with JAX's persistent compilation cache warm (a
-second process reading what the first wrote). Every measurement runs in a fresh process.
+op lines); wall time, and the process's CPU time for the first call and the XLA compile (a
+loaded machine moves it less); cold (no persistent cache) and with JAX's persistent
+compilation cache warm (a second process reading what the first wrote). Every measurement
+runs in a fresh process.
 
     .venv/bin/python benchmarks/bench_compile.py [--systems ep,fsedp] [--traces 16]
         [--repo OTHER_CHECKOUT ...] [--repeat N] [--no-warm]
@@ -60,9 +62,9 @@ traces = gen.generate("powerlaw:alpha=1.2", jax.random.key(0), num_traces=n,
                       layers=1, tokens=256, num_experts=s.model.num_experts,
                       top_k=s.model.top_k)
 jax.block_until_ready(traces)
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 out = api.simulate(hw, model, policy, traces)
-first = time.perf_counter() - t
+first, first_cpu = time.perf_counter() - t, time.process_time() - c
 t = time.perf_counter()
 again = api.simulate(hw, model, policy, traces)
 second = time.perf_counter() - t
@@ -82,10 +84,13 @@ inner = getattr(prog, "fn", prog).__wrapped__
 fn = jax.jit(lambda *a: inner(*a))  # a new function: traced, lowered and compiled anew
 t = time.perf_counter(); traced = fn.trace(params, traces, keys); t_trace = time.perf_counter() - t
 t = time.perf_counter(); lowered = traced.lower(); t_lower = time.perf_counter() - t
-t = time.perf_counter(); lowered.compile(); t_compile = time.perf_counter() - t
+t, c = time.perf_counter(), time.process_time()
+lowered.compile()
+t_compile, c_compile = time.perf_counter() - t, time.process_time() - c
 hlo = sum(1 for line in lowered.as_text().splitlines() if " = " in line)
 print(json.dumps(dict(import_s=imported, first_s=first, second_s=second, same=bool(same),
-                      trace_s=t_trace, lower_s=t_lower, compile_s=t_compile, hlo_ops=hlo)))
+                      trace_s=t_trace, lower_s=t_lower, compile_s=t_compile, hlo_ops=hlo,
+                      first_cpu_s=first_cpu, compile_cpu_s=c_compile)))
 """
 
 
@@ -124,8 +129,8 @@ def main() -> None:
     os.environ["JAX_PLATFORMS"] = args.device.replace("gpu", "cuda")
     print(f"load average at start {os.getloadavg()[0]:.1f}")
     repos = [HERE, *(Path(r).resolve() for r in args.repo)]
-    head = ("system", "checkout", "first s", "second s", "trace s", "lower s", "XLA s",
-            "HLO ops", "warm first s")
+    head = ("system", "checkout", "first s", "first CPU s", "second s", "trace s", "lower s",
+            "XLA s", "XLA CPU s", "HLO ops", "warm first s")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for name in args.systems.split(","):
@@ -145,9 +150,10 @@ def main() -> None:
                 print(f"| {name} | {repo.name} | error: {cold['error'][:80]} |")
                 continue
             second = f"{cold['second_s'] * 1e3:.0f} ms" + ("" if cold["same"] else " (differs!)")
-            print(f"| {name} | {repo.name} | {cold['first_s']:.2f} | {second} | "
+            print(f"| {name} | {repo.name} | {cold['first_s']:.2f} | "
+                  f"{cold['first_cpu_s']:.2f} | {second} | "
                   f"{cold['trace_s']:.2f} | {cold['lower_s']:.2f} | {cold['compile_s']:.2f} | "
-                  f"{cold['hlo_ops']} | "
+                  f"{cold['compile_cpu_s']:.2f} | {cold['hlo_ops']} | "
                   f"{warm.get('first_s', float('nan')):.2f} |", flush=True)
     print(f"load average at end {os.getloadavg()[0]:.1f}")
 
