@@ -134,11 +134,14 @@ class Program:
     def __init__(self, fn, name: str, hard: bool = False):
         self.fn, self.name, self.signatures = fn, name, programs.Signatures()
         self.hard = hard
+        self.checked = None  # the params last found hard (one check per run, not per chunk)
 
     def __call__(self, params, traces, key_data):
-        if self.hard and not relax.tau_is_zero(params):
-            raise MoejaxError(f"{self.name}: a hard-only program was given params with a "
-                              "temperature that is not 0 (use program_for)")
+        if self.hard and params is not self.checked:
+            if not relax.tau_is_zero(params):
+                raise MoejaxError(f"{self.name}: a hard-only program was given params with a "
+                                  "temperature that is not 0 (use program_for)")
+            self.checked = params
         return programs.call_reporting(self.fn, self.signatures,
                                        lambda: _describe(self.name, traces),
                                        params, traces, key_data)
