@@ -5,23 +5,92 @@ argmax assignment, rounding an integer count) goes through here, so one step fun
 serves exact evaluation and gradient-based tuning. `tau` may be a Python float (the branch is
 chosen statically) or a traced scalar (temperature schedules, `lax.cond`, so hard mode does
 not pay for the smooth branch); the smooth branch always sees a safe positive temperature,
-so neither branch produces NaNs or NaN gradients.
+so neither branch produces NaNs or NaN gradients. A program traced in `hard_program` (params
+whose temperatures are all 0) compiles each such cond's hard branch only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+# True while a program is traced whose temperatures are all known to be 0 (`hard_program`).
+_HARD = threading.local()
+
+
+@contextlib.contextmanager
+def hard_program():
+    """Trace a program that only ever runs hard (every `tau` it reads is 0 when it runs):
+    inside, each `lax.cond` on a traced temperature keeps its hard branch as it is and gets
+    a NaN fill of the same shapes as its smooth branch, so XLA compiles one real branch.
+
+    The cond stays (rather than the hard ops inlined): XLA compiles a branch as its own
+    computation, so the hard branch fuses and rounds exactly as in the two-branch program,
+    bit for bit; inlined, XLA fused the hard ops with their neighbours and the results moved
+    by float32 rounding. A program traced here that meets tau > 0 returns NaN, never a
+    silently wrong number. The engine traces in here when the params' temperatures are
+    concretely 0 (`tau_is_zero`) and keys that program apart from the two-branch one."""
+    before = getattr(_HARD, "on", False)
+    _HARD.on = True
+    try:
+        yield
+    finally:
+        _HARD.on = before
+
+
+def tau_is_zero(params) -> bool:
+    """True when every temperature in `params` (the fields named `tau` or `tau_*` of its
+    dataclasses, at any depth) is a concrete array or number equal to 0 everywhere: the
+    params can run in a `hard_program`. False for a traced temperature (tuning) or any
+    nonzero one, and for params with no temperature field."""
+    found = False
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        name = getattr(path[-1], "name", None) if path else None
+        if not isinstance(name, str) or not (name == "tau" or name.startswith("tau_")):
+            continue
+        if isinstance(leaf, jax.core.Tracer):
+            return False
+        if not np.all(np.asarray(leaf) == 0):
+            return False
+        found = True
+    return found
 
 
 def _choose(tau, hard_fn, soft_fn):
     """hard_fn() if tau == 0 else soft_fn(t): statically for Python numbers, by `lax.cond`
     for a traced scalar (so hard mode skips the smooth branch's exp / log; under a vmap
-    with a batched tau it becomes a select)."""
+    with a batched tau it becomes a select). In a `hard_program` the smooth branch is a NaN
+    fill, never run."""
     if isinstance(tau, (int, float)):
         return soft_fn(jnp.float32(tau)) if tau > 0 else hard_fn()
     tau = jnp.asarray(tau, jnp.float32)
+    if getattr(_HARD, "on", False):
+        return _hard_only(tau, hard_fn)
     return jax.lax.cond(tau > 0, lambda: soft_fn(jnp.where(tau > 0, tau, 1.0)), hard_fn)
+
+
+def _hard_only(tau, hard_fn):
+    """`lax.cond(tau > 0, NaN fill, hard_fn)`. `lax.cond` traces its true branch first, so
+    the hard branch goes first (predicate `not tau > 0`) and the fill takes its shapes."""
+    shapes = []
+
+    def hard():
+        out = hard_fn()
+        shapes.append(jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(
+            jnp.shape(x), jnp.result_type(x)), out))
+        return out
+
+    def fill():
+        spec = shapes[0] if shapes else jax.eval_shape(hard_fn)
+        return jax.tree_util.tree_map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype)
+                                      if jnp.issubdtype(s.dtype, jnp.floating)
+                                      else jnp.zeros(s.shape, s.dtype), spec)
+
+    return jax.lax.cond(jnp.logical_not(tau > 0), hard, fill)
 
 
 def branch(tau, fn):

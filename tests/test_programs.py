@@ -22,6 +22,8 @@ from moejax.systems import SYSTEMS, resolve
 from moejax.trace import gen
 
 ROOT = Path(__file__).resolve().parents[1]
+# the simulation program's persistent-cache entries (the hard-only program at tau = 0)
+SIM = ("jit_one_params-", "jit_one_params_hard-")
 
 
 @contextlib.contextmanager
@@ -181,7 +183,7 @@ def test_a_second_process_reads_the_persistent_cache(tmp_path):
     assert "compiling ep for 8 traces" in first.stderr
     entries = sorted(p.name for p in (tmp_path / "jc").iterdir() if p.name.endswith("-cache"))
     assert entries, "nothing written to the persistent cache"
-    sim = [e for e in entries if e.startswith("jit_one_params-")]  # the simulation program
+    sim = [e for e in entries if e.startswith(SIM)]  # the simulation program
     assert len(sim) == 1, entries
     # the second process counts JAX's persistent-cache hits while the CLI runs
     hits = ("import sys; from jax import monitoring; from moejax.cli.main import main; n = [];"
@@ -194,6 +196,6 @@ def test_a_second_process_reads_the_persistent_cache(tmp_path):
     assert second.returncode == 0, second.stderr
     assert int(second.stdout.split("HITS")[1].split()[0]) >= len(entries), second.stdout[-500:]
     after = sorted(p.name for p in (tmp_path / "jc").iterdir() if p.name.endswith("-cache"))
-    assert [e for e in after if e.startswith("jit_one_params-")] == sim
+    assert [e for e in after if e.startswith(SIM)] == sim
     a = (tmp_path / "o1" / "results.csv").read_text()
     assert a == (tmp_path / "o2" / "results.csv").read_text()

@@ -18,7 +18,7 @@ import numpy as np
 
 from moejax.errors import ConfigError
 from moejax.runner import programs
-from moejax.runner.engine import batch_size, compiled_program, default_chunk
+from moejax.runner.engine import batch_size, default_chunk, program_for
 from moejax.trace.chunked import ChunkedTraces
 from moejax.trace.core import Trace
 
@@ -78,7 +78,7 @@ def metric_bytes_per_trace(system, params, traces, chunk: int) -> tuple[int, int
     impl = str(jax.config.jax_default_prng_impl)
     keys = jax.eval_shape(lambda: jax.random.key_data(jax.random.split(jax.random.key(0),
                                                                        chunk)))
-    prog = compiled_program(system, False, impl)
+    prog = program_for(system, params, False, impl)
     out = getattr(prog, "fn", prog).eval_shape(params, _chunk_shapes(traces, chunk), keys)
     leaves = jax.tree_util.tree_leaves(out)
     nbytes = sum(int(np.prod(x.shape[1:])) * np.dtype(x.dtype).itemsize for x in leaves)

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from moejax import relax
 from moejax.errors import MoejaxError
 from moejax.runner import distributed, programs
 from moejax.system import BATCH_AXIS, PyTree, System
@@ -87,30 +88,60 @@ def batch_size(tree: PyTree) -> int:
     return sizes.pop()
 
 
-def compiled_program(system: System, sweep: bool, key_impl: str) -> Program:
+def compiled_program(system: System, sweep: bool, key_impl: str, hard: bool = False) -> Program:
     """jit(vmap(run_one)) over traces (and params); keys come in as raw key data, wrapped
     inside the call (no per-chunk dispatch to rebuild typed keys on the host). Cached by
     value (`programs.fingerprint` of the system): an equal system built again reuses the
-    compiled program."""
+    compiled program.
+
+    hard: a program for params whose temperatures are all 0 (`program_for` decides), traced
+    in `relax.hard_program`: each cond on a temperature compiles its hard branch, unchanged,
+    and a NaN fill for the smooth one, so its results are the two-branch program's bit for
+    bit at less XLA time (docs/performance.md, "A cold first call"). It is cached apart from
+    the two-branch program and refuses params with a temperature that is not 0."""
     def build():
         def one_params(params, traces, key_data):
             keys = jax.random.wrap_key_data(key_data, impl=key_impl)
             return jax.vmap(lambda tr, k: run_one(system, params, tr, k))(traces, keys)
 
+        def one_params_hard(params, traces, key_data):
+            with relax.hard_program():
+                return one_params(params, traces, key_data)
+
+        if hard:
+            return Program(jax.jit(one_params_hard), system.name, hard=True)
         fn = jax.vmap(one_params, in_axes=(0, None, None)) if sweep else one_params
         return Program(jax.jit(fn), system.name)
 
-    return programs.PROGRAMS.get("trace", (system, sweep, key_impl), build)
+    if hard and sweep:
+        raise ValueError("compiled_program: a sweep has no hard-only program")
+    return programs.PROGRAMS.get("trace", (system, sweep, key_impl, bool(hard)), build)
+
+
+def program_for(system: System, params: PyTree, sweep: bool, key_impl: str) -> Program:
+    """The compiled program `simulate` runs `params` with: the hard-only program when the
+    params' temperatures are all concretely 0 (`relax.tau_is_zero`; not for a sweep, whose
+    stacked temperatures would turn each cond into a select of both branches), else the
+    two-branch one (tuning: traced or positive temperatures)."""
+    hard = not sweep and relax.tau_is_zero(params)
+    return compiled_program(system, sweep, key_impl, hard)
 
 
 class Program:
     """A compiled call (a `jax.jit` function) that tells `programs.report_compiles`'s sink
     when a call compiles: "compiling EP for 128 traces x 256 tokens ... 4.1 s"."""
 
-    def __init__(self, fn, name: str):
+    def __init__(self, fn, name: str, hard: bool = False):
         self.fn, self.name, self.signatures = fn, name, programs.Signatures()
+        self.hard = hard
+        self.checked = None  # the params last found hard (one check per run, not per chunk)
 
     def __call__(self, params, traces, key_data):
+        if self.hard and params is not self.checked:
+            if not relax.tau_is_zero(params):
+                raise MoejaxError(f"{self.name}: a hard-only program was given params with a "
+                                  "temperature that is not 0 (use program_for)")
+            self.checked = params
         return programs.call_reporting(self.fn, self.signatures,
                                        lambda: _describe(self.name, traces),
                                        params, traces, key_data)
@@ -167,7 +198,7 @@ def simulate(
     part = distributed.partition(n, chunk)  # several processes: this one's whole chunks
     if part is not None:
         traces, key_data, n = part.take(traces), part.take(key_data), part.rows
-    fn = compiled_program(system, sweep, key_impl)
+    fn = program_for(system, params, sweep, key_impl)
     starts = range(0, n, chunk)
     read = chunk_reader(traces, key_data, several=len(starts) > 1, width=chunk)
     show = progress if progress is not None else len(starts) > 8

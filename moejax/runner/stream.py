@@ -62,14 +62,14 @@ _NOT_COMPARED = ("chunk", "chunk_given", "columns")
 ROUND_TRACES = 8192
 
 
-def _prepare(system, traces, key, chunk: int):
+def _prepare(system, params, traces, key, chunk: int):
     """What both iterators share: the batch size, the compiled call, and the chunk reader
     of `engine.simulate` (its per-trace keys, its slicing and sharding; a last, shorter
     chunk padded to `chunk` rows, so that it runs the same compiled program)."""
     n = engine.batch_size(traces)
     key = jax.random.key(0) if key is None else key
     key_data, impl = key_data_of(key, n)
-    return (n, engine.compiled_program(system, False, impl),
+    return (n, engine.program_for(system, params, False, impl),
             engine.chunk_reader(traces, key_data, width=chunk))
 
 
@@ -78,7 +78,7 @@ def iter_chunks(system, params, traces, key, chunk: int, start: int = 0, derive=
     boundary), with `engine.simulate`'s keys and chunk shapes. One chunk is dispatched
     ahead of the one yielded, so the host work on a chunk's results overlaps the next call.
     derive: metrics -> further per-trace metrics added to each chunk's (see `run`)."""
-    n, fn, read = _prepare(system, traces, key, chunk)
+    n, fn, read = _prepare(system, params, traces, key, chunk)
 
     def call(s):
         e = min(s + chunk, n)
@@ -105,7 +105,7 @@ def iter_rounds(system, params, traces, key, chunk: int, start: int = 0,
     simulates the p-th run of G of them, pads its rows to G * chunk and the rows are
     all-gathered (one `process_allgather` a round). A process with no chunk in the last
     round simulates the run's first chunk from `start` and sends padding only."""
-    n, fn, read = _prepare(system, traces, key, chunk)
+    n, fn, read = _prepare(system, params, traces, key, chunk)
     count, rank = jax.process_count(), jax.process_index()
     per = max(1, int(round_traces or ROUND_TRACES) // chunk)  # chunks per process per round
     span = per * chunk
