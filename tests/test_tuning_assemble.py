@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from moejax.cli.main import main
 from moejax.reproduce import tuning
-from moejax.reproduce import tuning_assemble as ta
 from moejax.reproduce import tuning_claims as tc
 
 QUICK = Path(__file__).resolve().parents[1] / "docs" / "results" / "tuning"
@@ -36,7 +36,7 @@ def test_equal_wall_compares_at_the_shortest_whole_run():
 
 def test_assembling_the_committed_quick_run_gives_its_headline_and_claims(tmp_path):
     out = tmp_path / "all"
-    assert ta.main(["--out", str(out), str(QUICK)]) == 0
+    assert main(["reproduce", "tuning", "--assemble", str(QUICK), "--out", str(out)]) == 0
     got = json.loads((out / "summary.json").read_text())
     want = json.loads((QUICK / "summary.json").read_text())
     keys = ("id", "paper", "simulated", "holds", "note", "verdict")
@@ -65,7 +65,8 @@ def _one_family(src: Path, dst: Path, name: str, **change) -> Path:
 def test_later_source_wins_and_bad_sources_exit_2(tmp_path, capsys):
     one = _one_family(QUICK, tmp_path / "one", "epsmoe", wall_s=1.5)
     out = tmp_path / "out"
-    assert ta.main(["--out", str(out), str(QUICK), str(one)]) == 0
+    assert main(["reproduce", "tuning", "--assemble", str(QUICK), str(one),
+                 "--out", str(out)]) == 0
     got = json.loads((out / "summary.json").read_text())
     assert [s["families"] for s in got["assembled_from"]] == [
         [n for n, *_ in tuning.QUICK.families if n != "epsmoe"], ["epsmoe"]]
@@ -82,7 +83,7 @@ def test_later_source_wins_and_bad_sources_exit_2(tmp_path, capsys):
                         ([QUICK, other], "allowed: tuning"),
                         ([tmp_path / "nothing"], "no summary.json")):
         dst = tmp_path / "refused"
-        assert ta.main(["--out", str(dst), *map(str, srcs)]) == 2
+        assert main(["reproduce", "tuning", "--assemble", *map(str, srcs), "--out", str(dst)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
         assert not dst.exists()

@@ -26,6 +26,10 @@ def add_parser(sub):
                    "into DIR (e.g. docs/results/STUDY); simulates nothing")
     r.add_argument("--only", metavar="FIGURE[,FIGURE]", help="run (or --replot) only these "
                    "figures, named by their CSV stem (e.g. fig9_layer_latency)")
+    r.add_argument("--assemble", metavar="DIR", nargs="+", help="tuning only: write --out "
+                   "from result folders of runs that each computed some families (a later "
+                   "folder wins a family both hold); headline and claims are read back from "
+                   "the family CSVs, nothing is simulated")
     r.set_defaults(fn=run)
     add_distributed_arguments(r)
     return r
@@ -51,6 +55,21 @@ def _brief(value, depth: int = 0, width: int = 6) -> str:
     return str(value)
 
 
+def _assemble(args) -> int:
+    if args.study != "tuning":
+        raise ConfigError(f"reproduce --assemble: study {args.study!r}; allowed: tuning")
+    if args.only or args.quick:
+        raise ConfigError("reproduce --assemble: --only and --quick do not apply (the grid "
+                          "is the sources'); allowed: --assemble DIR [DIR ...] --out OUT")
+    from moejax.reproduce import tuning_assemble
+
+    report = tuning_assemble.assemble(args.assemble, args.out)
+    n = study.tally(report.claims)
+    print(f"assembled {len(report.files)} files and summary.json into {args.out}: "
+          f"{n['reproduced']} of {n['total']} claims reproduced")
+    return 0
+
+
 def run(args) -> int:
     if args.replot:  # figures from a run's CSVs, no simulation
         names = reproduce.replot(args.study, args.replot, args.out, args.only)
@@ -58,6 +77,8 @@ def run(args) -> int:
         return 0
     if not args.out:
         raise ConfigError("reproduce: --out DIR is required (or --replot DIR to redraw figures)")
+    if args.assemble:
+        return _assemble(args)
     if not distributed.is_writer():  # multi-process run: the others write to a scratch folder
         with tempfile.TemporaryDirectory(prefix="moejax-rank-") as scratch:
             reproduce.run(args.study, Path(scratch), args.quick, args.only)

@@ -2,7 +2,7 @@
 families, simulating nothing: e.g. a full run of the first nine families plus a run of a
 later family alone (`--only epsmoe_chunks`), assembled into `docs/results/tuning/full/`.
 
-    python -m moejax.reproduce.tuning_assemble --out OUT SRC [SRC ...]
+    moejax reproduce tuning --assemble SRC [SRC ...] --out OUT
 
 Each family of the grid (quick or full, as the sources' summary.json say; they must agree)
 is taken from the last source that holds its CSVs (`FAMILY.csv`, `FAMILY_final.csv`): the
@@ -18,14 +18,12 @@ taken, its run's wall_s and provenance) and `wall_s`, the sum of the sources' ru
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shutil
-import sys
 from pathlib import Path
 
-from moejax.errors import ConfigError, MoejaxError
+from moejax.errors import ConfigError
 from moejax.output.staging import staged_dir
 from moejax.reproduce import tuning
 from moejax.reproduce.study import Report, Rows, read_table, write_summary, write_table
@@ -149,25 +147,3 @@ def assemble(sources, out: Path | str) -> Report:
 def _back(folder: Path, name: str, rows: Rows) -> Rows:
     return Rows(read_table(folder / f"{name}.csv"),
                 {f: read_table(folder / f) for f in rows.more})
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m moejax.reproduce.tuning_assemble",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="the assembled result folder")
-    ap.add_argument("sources", nargs="+", help="result folders of `moejax reproduce "
-                    "tuning` (later ones win for a family they share)")
-    args = ap.parse_args(argv)
-    try:
-        report = assemble(args.sources, args.out)
-    except MoejaxError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    n = sum(c.holds for c in report.claims)
-    print(f"assembled {len(report.files)} files and summary.json into {args.out}: "
-          f"{n} of {len(report.claims)} claims hold")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
