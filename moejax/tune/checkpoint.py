@@ -92,10 +92,18 @@ class Checkpoints:
         meta = {"format": FORMAT, **meta}
         try:
             with _stderr_kept_on_success():  # orbax's threads print their own tracebacks
-                done = self.mgr.save(step, args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-                    force=force)
-                self.mgr.wait_until_finished()
+                try:
+                    done = self.mgr.save(step, args=ocp.args.Composite(
+                        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+                        force=force)
+                    self.mgr.wait_until_finished()
+                except Exception:
+                    # join orbax's worker threads while their output is still held: left
+                    # running, they print late tracebacks ("Event loop is closed") after
+                    # the one-line error
+                    with contextlib.suppress(Exception):
+                        self.mgr.close()
+                    raise
         except Exception as e:
             reason = write_error_reason(e)
             if reason is None:
