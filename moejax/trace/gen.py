@@ -297,6 +297,21 @@ def _sample_keyed(static, floats, key_data, tpi, iterations, layers, tokens, num
                          top_k)
 
 
+def chunked_args(spec, key, num_traces, iterations, layers, tokens, num_experts, top_k,
+                 tokens_per_iteration):
+    """A chunked generator's arguments checked (one line naming the field on bad input):
+    (spec, key, num_traces, shape (I, L, N, E, k), tokens per iteration); the tokens per
+    iteration default to a view, so nothing is held per trace until a chunk is made."""
+    spec = parse_spec(spec)
+    key = check_key(key)
+    num_traces = check_int("num_traces", num_traces)
+    shape = check_shape_args(iterations, layers, tokens, num_experts, top_k)
+    if tokens_per_iteration is None:
+        tokens_per_iteration = np.broadcast_to(np.int32(shape[2]), (shape[0],))
+    tpi = check_tokens_per_iteration(tokens_per_iteration, (num_traces,), shape[0], shape[2])
+    return spec, key, num_traces, shape, tpi
+
+
 def generate_chunked(
     spec: GenSpec | str,
     key,
@@ -314,13 +329,9 @@ def generate_chunked(
     Trace t still uses `jax.random.split(key, num_traces)[t]`, so the chunks, joined, equal
     `generate` with the same arguments; only the split keys (8 bytes a trace) are held.
     """
-    spec = parse_spec(spec)
-    key = check_key(key)
-    num_traces = check_int("num_traces", num_traces)
-    shape = check_shape_args(iterations, layers, tokens, num_experts, top_k)
-    if tokens_per_iteration is None:  # a view: nothing per trace until a chunk is made
-        tokens_per_iteration = np.broadcast_to(np.int32(shape[2]), (shape[0],))
-    tpi = check_tokens_per_iteration(tokens_per_iteration, (num_traces,), shape[0], shape[2])
+    spec, key, num_traces, shape, tpi = chunked_args(
+        spec, key, num_traces, iterations, layers, tokens, num_experts, top_k,
+        tokens_per_iteration)
     split = functools.cache(lambda: key_data_of(key, num_traces))  # at the first chunk
     static, floats = split_spec(spec)
 

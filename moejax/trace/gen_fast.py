@@ -42,16 +42,10 @@ import numba as nb
 import numpy as np
 
 from moejax.errors import ConfigError
-from moejax.trace.checks import (
-    check_int,
-    check_key,
-    check_shape_args,
-    check_tokens_per_iteration,
-)
 from moejax.trace.chunked import ChunkedTraces, key_data_of
 from moejax.trace.core import Trace
 from moejax.trace.families import log_popularity
-from moejax.trace.gen import parse_spec, split_spec
+from moejax.trace.gen import chunked_args, split_spec
 
 VERSION = 3
 # Candidates a token draws per round (with replacement, from the alias table), and at most
@@ -389,16 +383,12 @@ def _make(static, floats, key_data, impl, tpi, shape, gate_weights, parallel, w)
 
 
 def _checked(spec, key, num_traces, iterations, layers, tokens, num_experts, top_k, tpi):
-    spec = parse_spec(spec)
-    key = check_key(key)
-    num_traces = check_int("num_traces", num_traces)
-    shape = check_shape_args(iterations, layers, tokens, num_experts, top_k)
+    """`gen.chunked_args`, and the expert count version 3's alias table can pack."""
+    spec, key, num_traces, shape, tpi = chunked_args(
+        spec, key, num_traces, iterations, layers, tokens, num_experts, top_k, tpi)
     if shape[3] > MAX_EXPERTS:
         raise ConfigError(f"num_experts: {shape[3]} is more than generator version 3 packs "
                           f"in its alias table; allowed: 1..{MAX_EXPERTS}")
-    if tpi is None:
-        tpi = np.broadcast_to(np.int32(shape[2]), (shape[0],))
-    tpi = check_tokens_per_iteration(tpi, (num_traces,), shape[0], shape[2])
     return spec, key, num_traces, shape, np.asarray(tpi, np.int32)
 
 
