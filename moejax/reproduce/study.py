@@ -250,10 +250,17 @@ def _read_file(path: Path) -> Any:
     return read_table(path)
 
 
-def _read_back(src: Path, fig: Figure, summary: dict) -> Rows:
+def read_back(src: Path, fig: Figure, summary: dict) -> Rows:
+    """The Rows a figure's plot draws, read from the files its computation wrote in `src`."""
     return Rows(read_table(src / f"{fig.name}.csv"),
                 {f: _read_file(src / f) for f in fig.more if (src / f).is_file()},
                 {k: summary[k] for k in fig.summary if k in summary})
+
+
+def check_claims(study: Study, results: dict[str, Rows], grid: Grid) -> list[Claim]:
+    """The claims of every check of `study` whose figures are all in `results`."""
+    return [c for chk in study.checks if all(n in results for n in chk.needs)
+            for c in chk.claims(results, grid)]
 
 
 def run_study(study: Study, out: Path, quick: bool, only=None) -> Report:
@@ -276,13 +283,12 @@ def run_study(study: Study, out: Path, quick: bool, only=None) -> Report:
                 _write_file(out / name, obj)
                 files.append(name)
             extra.update(rows.summary)
-            back = _read_back(out, fig, rows.summary)
+            back = read_back(out, fig, rows.summary)
             for stem, plot in fig.drawings():
                 plot(out / f"{stem}.png", back, grid)
                 files.append(f"{stem}.png")
             tick(fig.name)
-    claims = [c for chk in study.checks if all(n in results for n in chk.needs)
-              for c in chk.claims(results, grid)]
+    claims = check_claims(study, results, grid)
     for s in study.summaries:
         if all(n in results for n in s.needs):
             extra.update(s(results, grid))
@@ -300,7 +306,7 @@ def replot_study(study: Study, src: Path, out: Path, summary: dict, only=None) -
     names = []
     for fig in study.select(parse_only(only)):
         if (src / f"{fig.name}.csv").is_file():
-            back = _read_back(src, fig, summary)
+            back = read_back(src, fig, summary)
             for stem, plot in fig.drawings():
                 plot(out / f"{stem}.png", back, grid)
                 names.append(f"{stem}.png")

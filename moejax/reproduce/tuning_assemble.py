@@ -26,7 +26,15 @@ from pathlib import Path
 from moejax.errors import ConfigError
 from moejax.output.staging import staged_dir
 from moejax.reproduce import tuning
-from moejax.reproduce.study import Report, Rows, read_table, write_summary, write_table
+from moejax.reproduce.study import (
+    Report,
+    Rows,
+    check_claims,
+    read_back,
+    read_table,
+    write_summary,
+    write_table,
+)
 
 
 def _records(path: Path) -> list[dict]:
@@ -123,17 +131,17 @@ def assemble(sources, out: Path | str) -> Report:
             if (src / f"{name}.png").is_file():
                 shutil.copyfile(src / f"{name}.png", tmp / f"{name}.png")
             else:
-                figures[name].plot(tmp / f"{name}.png", _back(tmp, name, rows), grid)
+                figures[name].plot(tmp / f"{name}.png", read_back(tmp, figures[name], {}),
+                                   grid)
             files.append(f"{name}.png")
         head = tuning.headline_of([results[n] for n in names])
         write_table(tmp / "headline.csv", head.cols)
         for f, table in head.more.items():
             write_table(tmp / f, table)
         figures["headline"].plot(tmp / "headline.png",
-                                 Rows(read_table(tmp / "headline.csv")), grid)
+                                 read_back(tmp, figures["headline"], {}), grid)
         files = ["headline.csv", *head.more, "headline.png", *files]
-        claims = [c for chk in study.checks if all(n in results for n in chk.needs)
-                  for c in chk.claims(results, grid)]
+        claims = check_claims(study, results, grid)
         used = [(p, sm, [n for n in names if taken[n][0] == p]) for p, sm in srcs]
         extra["assembled_from"] = [
             {"folder": str(p), "families": fams, "wall_s": sm.get("wall_s"),
@@ -142,8 +150,3 @@ def assemble(sources, out: Path | str) -> Report:
         report = Report(study.name, claims, files, extra)
         write_summary(tmp, report, quick)
     return report
-
-
-def _back(folder: Path, name: str, rows: Rows) -> Rows:
-    return Rows(read_table(folder / f"{name}.csv"),
-                {f: read_table(folder / f) for f in rows.more})
