@@ -11,7 +11,7 @@ import numpy as np
 from moejax.output import plotting
 from moejax.reproduce.study import Grid, Rows
 
-STYLE = {"grad": ("C0", "o-"), "grad-greedy": ("C0", "s--"), "tpe": ("C1", "^-"),
+STYLE = {"grad": ("C0", "o-"), "grad-greedy": ("C9", "s--"), "tpe": ("C1", "^-"),
          "cmaes": ("C2", "v-"), "random": ("C3", "x-"), "grid": ("C5", "d-")}
 LINES = {"best-heuristic": ("C4", "-."), "random-median": ("0.5", ":")}
 
