@@ -87,3 +87,15 @@ def test_later_source_wins_and_bad_sources_exit_2(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
         assert not dst.exists()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["reproduce", "epsmoe", "--assemble"], "allowed: tuning"),
+    (["reproduce", "tuning", "--quick", "--assemble"], "--only and --quick do not apply"),
+])
+def test_assemble_refuses_what_it_cannot_honour(argv, needle, tmp_path, capsys):
+    dst = tmp_path / "out"
+    assert main([*argv, str(QUICK), "--out", str(dst)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not dst.exists()
