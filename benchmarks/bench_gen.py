@@ -1,7 +1,8 @@
 """Generated traces per second, side by side in one run: generator version 1 (Gumbel-top-k,
 the default), version 3 (`--generator fast`, with and without gate weights, one thread and
-numba's threads) and the EP engine's own rate on the same traces; then `moejax simulate
---generator fast` end to end against that engine rate.
+numba's threads, and its ids drawn on the device by `moejax.trace.gen_device`, what
+`simulate` uses on an accelerator) and the EP engine's own rate on the same traces; then
+`moejax simulate --generator fast` end to end against that engine rate.
 
     .venv/bin/python benchmarks/bench_gen.py [--traces 16384] [--end-to-end 131072]
         [--against OTHER_CHECKOUT]
@@ -105,8 +106,12 @@ def main():
                                  **shape)), n)]
     cases = [("generator version 1", v1, args.v1_traces),
              ("version 3 (fast), gate weights", v3(), n),
-             ("version 3 (fast), no gate weights", v3(gate_weights=False), n), *other,
-             ("version 3, numba threads, no weights", v3(gate_weights=False, parallel=True), n),
+             ("version 3 (fast), no gate weights", v3(gate_weights=False, device=False), n),
+             *other,
+             ("version 3, numba threads, no weights",
+              v3(gate_weights=False, parallel=True, device=False), n),
+             ("version 3 on the device (JAX), no weights", v3(gate_weights=False, device=True),
+              n),
              ("EP engine (traces in memory)", engine_run, n)]
     for _, fn, _ in cases:  # compile everything first
         fn()

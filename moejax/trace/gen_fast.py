@@ -23,6 +23,10 @@ of 128 experts that is 32,768 threefry words per trace and layer, most of its ti
   X_(j+1) = X_(j) + Exp(rate left_j), left_j the mass not yet chosen; the weights are
   softmax(z) = (1 / X_j) / sum(1 / X). One more word and one log per choice.
 
+On an accelerator (or with `device=True`) the ids and counts of traces without gate weights
+are drawn by `moejax.trace.gen_device`, a JAX program with the same algorithm and words:
+the same trace bit for bit, made where the engine runs.
+
 Random stream: splitmix64 (Steele, Lea and Flood 2014) seeded per token by mixing a 64-bit
 trace seed (the words of the trace's key, `jax.random.split(key, num_traces)[t]`) with the
 token's index; a token's words therefore do not depend on the chunk, the thread count or the
@@ -42,6 +46,7 @@ import numba as nb
 import numpy as np
 
 from moejax.errors import ConfigError
+from moejax.trace import gen_device
 from moejax.trace.chunked import ChunkedTraces, key_data_of
 from moejax.trace.core import Trace
 from moejax.trace.families import log_popularity
@@ -261,6 +266,33 @@ def _gate_weights(row, total, chosen, k, s0, out, m, xs):
 
 
 @nb.njit(cache=True, nogil=True)
+def _alias_tables(p, out):
+    """out[t, i, l] = `_alias` of p[t, i, l] (float32 [T, I, L, E]), with the row total the
+    token sampler uses (float64, summed in expert order)."""
+    n_t, n_i, n_l, e = p.shape
+    q = np.empty(e, np.float64)
+    small = np.empty(e, np.int64)
+    large = np.empty(e, np.int64)
+    for t in range(n_t):
+        for i in range(n_i):
+            for l in range(n_l):
+                row = p[t, i, l]
+                total = 0.0
+                for c in range(e):
+                    total += row[c]
+                _alias(row, total, out[t, i, l], q, small, large)
+
+
+def alias_tables(p) -> np.ndarray:
+    """The alias tables (int64 [T, I, L, E], `_alias`'s packing) the token sampler draws from,
+    of popularity p (float32 [T, I, L, E]): what `gen_device` samples on the device."""
+    p = np.ascontiguousarray(p, np.float32)
+    out = np.empty(p.shape, np.int64)
+    _alias_tables(p, out)
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
 def _batch(p, seeds, tpi, ids, weights, counts, with_weights):
     """`_trace` over traces (one thread; `_batch_parallel` spreads traces over threads)."""
     for t in range(p.shape[0]):
@@ -390,14 +422,30 @@ def popularity_of(static, floats, key_data, impl, iterations, layers, num_expert
     return np.concatenate(ps)
 
 
-def _make(static, floats, key_data, impl, tpi, shape, gate_weights, parallel, w):
+def _make(static, floats, key_data, impl, tpi, shape, gate_weights, parallel, w, device):
     i, l, n, e, k = shape
     p = popularity_of(static, floats, key_data, impl, i, l, e, w)
+    mask = np.arange(n)[None, None, :] < np.asarray(tpi)[:, :, None]  # [T, I, N]
+    request = np.full(mask.shape, -1, np.int32)
+    if device:  # ids and counts made on the default device; gate weights not drawn
+        ids, counts = gen_device.sample(alias_tables(p), p, token_seeds(key_data), tpi, n, k,
+                                        alias_bits=ALIAS_BITS, max_trials=MAX_TRIALS)
+        return Trace(ids, jnp.zeros(ids.shape, jnp.float32), jnp.asarray(mask),
+                     jnp.asarray(request), counts, num_experts=e, top_k=k)
     ids, weights, counts = sample_tokens(p, token_seeds(key_data), tpi, n, k,
                                          gate_weights=gate_weights, parallel=parallel)
-    mask = np.arange(n)[None, None, :] < np.asarray(tpi)[:, :, None]  # [T, I, N]
-    return Trace(ids, weights, mask, np.full(mask.shape, -1, np.int32), counts,
-                 num_experts=e, top_k=k)
+    return Trace(ids, weights, mask, request, counts, num_experts=e, top_k=k)
+
+
+def _on_device(device: bool | None, gate_weights: bool) -> bool:
+    """Whether ids are drawn by `gen_device` (default: on an accelerator, when gate weights
+    are not asked for); ConfigError if asked with gate weights, which it does not draw."""
+    if device is None:
+        return jax.default_backend() != "cpu" and not gate_weights
+    if device and gate_weights:
+        raise ConfigError("device: the device sampler draws no gate weights; allowed: "
+                          "device=True with gate_weights=False, or device=False")
+    return bool(device)
 
 
 def _checked(spec, key, num_traces, iterations, layers, tokens, num_experts, top_k, tpi):
@@ -412,27 +460,33 @@ def _checked(spec, key, num_traces, iterations, layers, tokens, num_experts, top
 
 def generate(spec, key, *, num_traces: int, iterations: int, layers: int, tokens: int,
              num_experts: int, top_k: int, tokens_per_iteration=None,
-             gate_weights: bool = True, parallel: bool = False) -> Trace:
+             gate_weights: bool = True, parallel: bool = False,
+             device: bool | None = None) -> Trace:
     """`moejax.trace.gen.generate`'s arguments and law, drawn by version 3 (module doc);
-    trace t uses `jax.random.split(key, num_traces)[t]`. Leaves are NumPy arrays.
+    trace t uses `jax.random.split(key, num_traces)[t]`. Leaves are NumPy arrays (jax arrays
+    on the default device when `device`).
     gate_weights=False: gate weights not drawn (zeros), for consumers that read only ids and
     counts (no system's simulation reads them); the ids and counts are the same.
-    parallel: traces spread over numba's threads; the result does not depend on it."""
+    parallel: traces spread over numba's threads; the result does not depend on it.
+    device: ids and counts drawn by `moejax.trace.gen_device` on the default device, the same
+    bit for bit (default: on an accelerator when gate_weights=False)."""
     lazy = generate_chunked(spec, key, num_traces=num_traces, iterations=iterations,
                             layers=layers, tokens=tokens, num_experts=num_experts, top_k=top_k,
                             tokens_per_iteration=tokens_per_iteration,
-                            gate_weights=gate_weights, parallel=parallel, prefetch=False)
+                            gate_weights=gate_weights, parallel=parallel, prefetch=False,
+                            device=device)
     return lazy.materialize()
 
 
 def generate_chunked(spec, key, *, num_traces: int, iterations: int, layers: int, tokens: int,
                      num_experts: int, top_k: int, tokens_per_iteration=None,
                      gate_weights: bool = True, parallel: bool = False,
-                     prefetch: bool = True) -> ChunkedTraces:
+                     prefetch: bool = True, device: bool | None = None) -> ChunkedTraces:
     """Version 3's batch made a chunk at a time (`ChunkedTraces`); the chunks, joined, equal
     `generate`. prefetch: when chunk [a, b) is asked for, chunk [b, 2b - a) is started on a
     thread (the sampler releases the GIL), so a consumer that simulates chunk i meanwhile
-    waits for max(generation, simulation), not their sum."""
+    waits for max(generation, simulation), not their sum. device: as in `generate`."""
+    on_device = _on_device(device, gate_weights)
     spec, key, num_traces, shape, tpi = _checked(spec, key, num_traces, iterations, layers,
                                                  tokens, num_experts, top_k,
                                                  tokens_per_iteration)
@@ -448,7 +502,7 @@ def generate_chunked(spec, key, *, num_traces: int, iterations: int, layers: int
         key_data, impl = split()
         w = weights_by_rank() if spec.family in SHUFFLED else None
         return _make(static, floats, key_data[start:stop], impl, tpi[start:stop], shape,
-                     gate_weights, parallel, w)
+                     gate_weights, parallel, w, on_device)
 
     make = _Prefetcher(build, num_traces) if prefetch else build
     i, l, n, e, k = shape
