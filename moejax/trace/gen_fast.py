@@ -308,6 +308,21 @@ def _batch_parallel(p, seeds, tpi, ids, weights, counts, with_weights):
 _KERNEL_LOCK = threading.Lock()  # numba's workqueue layer runs one parallel kernel at a time
 
 
+# Byte alignment of the sampler's outputs: XLA's CPU client takes a host array this aligned
+# without a copy (a 4 MB chunk of ids: 0.07 ms against 0.81 ms to copy one allocated by
+# NumPy, which aligns to 16 bytes).
+ALIGN = 64
+
+
+def _zeros_aligned(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """Zeros of `shape` whose data starts on an ALIGN-byte boundary (the allocation's pages
+    are zeroed lazily by the system, as `np.zeros`'s are)."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.zeros(size + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + size].view(dtype).reshape(shape)
+
+
 def sample_tokens(p, seeds, tpi, tokens: int, top_k: int, *, gate_weights: bool = True,
                   parallel: bool = False):
     """(ids int32 [T, I, L, N, K], weights float32 [T, I, L, N, K], counts float32
@@ -317,9 +332,9 @@ def sample_tokens(p, seeds, tpi, tokens: int, top_k: int, *, gate_weights: bool 
     (`numba.set_num_threads`); the result does not depend on it."""
     p = np.ascontiguousarray(p, np.float32)
     t, i, l, e = p.shape
-    ids = np.empty((t, i * l * tokens, top_k), np.int32)
-    weights = np.zeros((t, i * l * tokens, top_k), np.float32)
-    counts = np.zeros((t, i * l, e), np.float32)
+    ids = _zeros_aligned((t, i * l * tokens, top_k), np.int32)
+    weights = _zeros_aligned((t, i * l * tokens, top_k), np.float32)
+    counts = _zeros_aligned((t, i * l, e), np.float32)
     seeds = np.ascontiguousarray(seeds, np.uint64)
     tpi = np.ascontiguousarray(tpi, np.int32)
     if parallel and t > 1:
