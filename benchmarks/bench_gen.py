@@ -23,6 +23,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -98,7 +99,11 @@ def main():
         path = args.against / "moejax" / "trace" / "gen_fast.py"
         if not path.is_file():
             ap.error(f"--against: {path} does not exist; give a moejax checkout")
-        spec = importlib.util.spec_from_file_location("gen_fast_against", path)
+        # loaded from a copy: numba caches a module's kernels beside its file, and kernels
+        # cached under this one-off module name break the other checkout's own imports
+        copy = Path(tempfile.mkdtemp()) / "gen_fast_against.py"
+        shutil.copy(path, copy)
+        spec = importlib.util.spec_from_file_location("gen_fast_against", copy)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         other = [(f"version 3 at {args.against}, no weights", lambda: make_all(
