@@ -16,7 +16,6 @@ import pytest
 
 from moejax.catalog.hardware import parse_platform
 from moejax.catalog.models import ModelSpec
-from moejax.trace import counts_from_ids
 from moejax.trace.core import Trace
 
 
@@ -81,20 +80,23 @@ def make_model(num_experts=16, top_k=2, shared=0, **kw):
 
 
 def random_trace(key, t, i, l, n, e, k, valid=None) -> Trace:
-    """Uniform top-k routing without replacement; `valid` tokens per iteration (else all)."""
-    keys = jax.random.split(key, t * i * l * n)
-    ids = jax.vmap(lambda kk: jax.random.choice(kk, e, (k,), replace=False))(keys)
-    ids = ids.reshape(t, i, l, n, k)
-    mask = jnp.ones((t, i, n), bool)
+    """Uniform top-k routing without replacement; `valid` tokens per iteration (else all).
+
+    Drawn with NumPy, seeded by the key's bits: nothing is compiled per shape (a vmapped
+    `jax.random.choice` compiled a shuffle, ~1 s, for every trace shape a test asked for)."""
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
+    ids = np.argsort(rng.random((t, i, l, n, e)), axis=-1)[..., :k].astype(np.int32)
+    mask = np.ones((t, i, n), bool)
     if valid is not None:
-        mask = jnp.arange(n)[None, None, :] < jnp.asarray(valid)[..., None]
-    ids = jnp.where(mask[:, :, None, :, None], ids, -1)
+        mask = np.arange(n)[None, None, :] < np.asarray(valid)[..., None]
+    ids = np.where(mask[:, :, None, :, None], ids, -1).astype(np.int32)
+    counts = (ids[..., None] == np.arange(e)).sum(axis=(-3, -2)).astype(np.float32)
     return Trace(
-        expert_ids=ids.astype(jnp.int32),
-        gate_weights=jnp.where(ids >= 0, 1.0 / k, 0.0),
-        token_mask=mask,
-        token_request=-jnp.ones((t, i, n), jnp.int32),
-        counts=counts_from_ids(ids, e),
+        expert_ids=jnp.asarray(ids),
+        gate_weights=jnp.asarray(np.where(ids >= 0, np.float32(1.0 / k), np.float32(0.0))),
+        token_mask=jnp.asarray(mask),
+        token_request=jnp.asarray(-np.ones((t, i, n), np.int32)),
+        counts=jnp.asarray(counts),
         num_experts=e,
         top_k=k,
     )

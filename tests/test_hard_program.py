@@ -53,7 +53,8 @@ def test_the_hard_program_equals_the_two_branch_one_bit_for_bit(hw, model, polic
 
 
 def test_relaxed_params_get_the_two_branch_program_and_the_hard_one_refuses_them():
-    system, params, traces, keys = _setup("chiplet-2x2", "qwen3-30b-a3b", "ep", n=2)
+    # the EP setup of the test above (4 traces): both of its programs are reused here
+    system, params, traces, keys = _setup("chiplet-2x2", "qwen3-30b-a3b", "ep")
     relaxed = dataclasses.replace(params, tau=jnp.float32(0.05))
     assert relax.tau_is_zero(params) and not relax.tau_is_zero(relaxed)
     hard = engine.program_for(system, params, False, "threefry2x32")

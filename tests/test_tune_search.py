@@ -1,8 +1,6 @@
 """Black-box search of a tuning problem (`moejax tune --search`) and the budget accounting."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +10,8 @@ from moejax.tune import TuneConfig, restore, tune
 from moejax.tune import search as srch
 from moejax.tune.loop import build_problem, hard_values
 
-SMALL = dict(system="ep", params=("placement",), steps=4, traces=4, batch=4, eval_traces=8,
+# held-out traces as many as the training ones: one compiled evaluation serves both
+SMALL = dict(system="ep", params=("placement",), steps=4, traces=4, batch=4, eval_traces=4,
              tokens=16, every=2)
 
 
@@ -178,13 +177,19 @@ def test_chunk_assignment_searched_restored_and_grid_refused(tmp_path):
                                    ["--search", "tpe", "--steps", "0"],
                                    ["--search", "cmaes", "--param", "replicas",
                                     "--per-layer"]])
-def test_cli_bad_search_exit_2(tmp_path, extra):
+def test_cli_bad_search_exit_2(tmp_path, extra, capsys):
+    """In process (no JAX start-up per case): argparse's own errors exit through
+    SystemExit(2), moejax's return 2; either way one error line on stderr."""
+    from moejax.cli.main import main
+
     out = tmp_path / "bad"
-    r = subprocess.run([sys.executable, "-m", "moejax.cli.main", "tune", "--traces", "4",
-                        "--batch", "4", "--eval-traces", "4", "--quiet", "--out", str(out),
-                        *extra], capture_output=True, text=True)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
+    try:
+        rc = main(["tune", "--traces", "4", "--batch", "4", "--eval-traces", "4", "--quiet",
+                   "--out", str(out), *extra])
+    except SystemExit as e:
+        rc = e.code
+    assert rc == 2, capsys.readouterr().err
+    lines = capsys.readouterr().err.strip().splitlines()
     assert "error:" in lines[-1]
     assert len(lines) == 1 or lines[0].startswith("usage:")  # argparse prints its usage
     assert not out.exists()

@@ -2,8 +2,6 @@
 the tuning study's recorded-routing family."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -66,13 +64,16 @@ def test_aep_cmaes_refused():
         TuneConfig(**{**AEP, "search": "cmaes"})
 
 
-def test_cli_aep_cmaes_exit_2(tmp_path):
+def test_cli_aep_cmaes_exit_2(tmp_path, capsys):
+    """In process (no JAX start-up): exit code 2, one line naming cmaes, nothing written."""
+    from moejax.cli.main import main
+
     out = tmp_path / "bad"
-    r = subprocess.run([sys.executable, "-m", "moejax.cli.main", "tune", "--system", "aep",
-                        "--param", "decay", "--relaxation", "smoothed", "--search", "cmaes",
-                        "--quiet", "--out", str(out)], capture_output=True, text=True)
-    assert r.returncode == 2, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and "cmaes" in r.stderr
+    rc = main(["tune", "--system", "aep", "--param", "decay", "--relaxation", "smoothed",
+               "--search", "cmaes", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1 and "cmaes" in err
     assert not out.exists()
 
 
