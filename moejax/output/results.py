@@ -159,7 +159,7 @@ def atomic_write_csv(path: Path | str, columns: dict[str, np.ndarray]) -> None:
     names = list(columns)
     w.writerow(names)
     cols = [np.asarray(columns[n]).ravel() for n in names]
-    if all(c.dtype.kind in "fiub" for c in cols) and len({len(c) for c in cols}) == 1:
+    if all(c.dtype.kind in "fiub" for c in cols):
         # numbers only: formatted a column at a time, as the row writer below formats them
         # (a number never needs quoting); ~2.7x faster than the row writer, which took ~12 s
         # for a million-trace run's results.csv

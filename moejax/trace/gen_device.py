@@ -121,7 +121,9 @@ def _inverse_cdf(p, s0, need, chosen, got, seen, k):
     over the token's free experts (`gen_fast._free_inverse_cdf`, the same float64 sums in
     expert order), the others' chosen unchanged."""
     e = p.shape[-1]
-    rows = jnp.broadcast_to(p[:, :, :, None, :], s0.shape + (e,)).astype(jnp.float64)
+
+    def mass(c):  # expert c's popularity for every token, float64 [T, I, L, 1]
+        return p[:, :, :, c, None].astype(jnp.float64)
 
     def is_free(seen_bits, c):
         return ((seen_bits[..., c // 64] >> (c % 64).astype(jnp.uint64)) & _u(1)) == _u(0)
@@ -132,7 +134,7 @@ def _inverse_cdf(p, s0, need, chosen, got, seen, k):
         unit = ((w >> _u(11)).astype(jnp.float64) + 1.0) * (1.0 / 9007199254740992.0)
 
         def total(acc, c, seen=seen):
-            return acc + jnp.where(is_free(seen, c), rows[..., c], 0.0), None
+            return acc + jnp.where(is_free(seen, c), mass(c), 0.0), None
 
         free, _ = jax.lax.scan(total, jnp.zeros(s0.shape, jnp.float64), jnp.arange(e))
         target = unit * free
@@ -141,10 +143,10 @@ def _inverse_cdf(p, s0, need, chosen, got, seen, k):
             acc, pick, last, first = carry
             ok = is_free(seen, c)
             first = jnp.where(ok & (first < 0), c, first)
-            mass = ok & (rows[..., c] > 0)
-            acc = jnp.where(mass, acc + rows[..., c], acc)
-            last = jnp.where(mass, c, last)
-            pick = jnp.where(mass & (pick < 0) & (acc >= target), c, pick)
+            has = ok & (mass(c) > 0)
+            acc = jnp.where(has, acc + mass(c), acc)
+            last = jnp.where(has, c, last)
+            pick = jnp.where(has & (pick < 0) & (acc >= target), c, pick)
             return (acc, pick, last, first), None
 
         minus = jnp.full(s0.shape, -1, jnp.int64)

@@ -126,6 +126,18 @@ def _alias(p, total, table, q, small, large):
             table[c] = top  # threshold 0: always the likeliest expert
 
 
+@nb.njit(cache=True, inline="always")
+def _row_alias(row, table, q, small, large):
+    """`_alias` of row (float32 [E]) into `table`, with its total summed in float64 in expert
+    order; returns the total. One function for the token sampler and `alias_tables`, so the
+    device sampler draws from the very tables the numba one does."""
+    total = 0.0
+    for c in range(row.shape[0]):
+        total += row[c]
+    _alias(row, total, table, q, small, large)
+    return total
+
+
 @nb.njit(cache=True)
 def _free_inverse_cdf(row, stamp, m, w):
     """An expert drawn from row (float32 [E]) restricted to those not stamped m, by inverse
@@ -193,10 +205,7 @@ def _trace(p, seed, tpi, ids, weights, counts, with_weights):
         real = min(n, tpi[i])
         for l in range(n_l):
             row = p[i, l]
-            total = 0.0
-            for c in range(e):
-                total += row[c]
-            _alias(row, total, table, q, small, large)
+            total = _row_alias(row, table, q, small, large)
             il = i * n_l + l
             for t in range(real, n):
                 for j in range(k):
@@ -267,8 +276,8 @@ def _gate_weights(row, total, chosen, k, s0, out, m, xs):
 
 @nb.njit(cache=True, nogil=True)
 def _alias_tables(p, out):
-    """out[t, i, l] = `_alias` of p[t, i, l] (float32 [T, I, L, E]), with the row total the
-    token sampler uses (float64, summed in expert order)."""
+    """out[t, i, l] = the token sampler's alias table of p[t, i, l] (float32 [T, I, L, E],
+    `_row_alias`)."""
     n_t, n_i, n_l, e = p.shape
     q = np.empty(e, np.float64)
     small = np.empty(e, np.int64)
@@ -276,11 +285,7 @@ def _alias_tables(p, out):
     for t in range(n_t):
         for i in range(n_i):
             for l in range(n_l):
-                row = p[t, i, l]
-                total = 0.0
-                for c in range(e):
-                    total += row[c]
-                _alias(row, total, out[t, i, l], q, small, large)
+                _row_alias(p[t, i, l], out[t, i, l], q, small, large)
 
 
 def alias_tables(p) -> np.ndarray:
