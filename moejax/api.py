@@ -10,12 +10,12 @@ import jax
 import numpy as np
 
 from moejax.runner import budget, engine, programs
-from moejax.runner.programs import report_compiles
+from moejax.runner.programs import quick_compile, report_compiles
 from moejax.systems import SYSTEMS, Setup, check_trace_fits, resolve
 from moejax.trace import Trace
 
-__all__ = ["Setup", "check_trace_fits", "report_compiles", "resolve", "simulate",
-           "use_compilation_cache"]
+__all__ = ["Setup", "check_trace_fits", "quick_compile", "report_compiles", "resolve",
+           "simulate", "use_compilation_cache"]
 
 
 def use_compilation_cache(path: str | None = None) -> str | None:

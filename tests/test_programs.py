@@ -199,3 +199,90 @@ def test_a_second_process_reads_the_persistent_cache(tmp_path):
     assert [e for e in after if e.startswith(SIM)] == sim
     a = (tmp_path / "o1" / "results.csv").read_text()
     assert a == (tmp_path / "o2" / "results.csv").read_text()
+
+
+# ---- quick compiles ---------------------------------------------------------------------
+
+@pytest.fixture
+def fresh_quick(monkeypatch):
+    """Quick compiles undecided, as in a new process, and no program compiled quickly
+    left behind for the next test."""
+    monkeypatch.setattr(programs, "_QUICK", [None])
+    yield
+    programs.PROGRAMS.clear()
+
+
+def test_quick_compiles_build_a_program_of_their_own(traces, fresh_quick):
+    tr = _rows(traces, 8)
+    programs.quick_compile(False)
+    default = api.simulate("chiplet-2x2", "qwen3-30b-a3b", "ep", tr)
+    lines = []
+    programs.report_compiles(lines.append)
+    try:
+        programs.quick_compile(True)
+        quick = api.simulate("chiplet-2x2", "qwen3-30b-a3b", "ep", tr)
+        programs.quick_compile(False)
+        with count_compiles() as compiles:  # the default program is still there
+            again = api.simulate("chiplet-2x2", "qwen3-30b-a3b", "ep", tr)
+    finally:
+        programs.report_compiles(None)
+    assert lines[0] == "compiling ep (quick compile) for 8 traces x 64 tokens ..."
+    assert compiles == [] and len(lines) == 2, lines
+    for k in default:
+        np.testing.assert_array_equal(again[k], default[k], err_msg=k)
+        # float32 sums may be summed in another order: the last bits may differ, no more
+        np.testing.assert_allclose(quick[k], default[k], rtol=1e-6, atol=0, err_msg=k)
+
+
+def test_quick_compile_options_reach_xla(traces, monkeypatch, fresh_quick):
+    """The engine compiles with `QUICK_OPTIONS` (an option XLA does not know is refused
+    there), and without them by default."""
+    system, params = _build()
+    monkeypatch.setattr(programs, "QUICK_OPTIONS", {"xla_no_such_option": True})
+    monkeypatch.setattr(programs, "_QUICK", [True])
+    with pytest.raises(Exception, match="xla_no_such_option"):
+        engine.simulate(system, params, _rows(traces, 2), jax.random.key(5))
+    monkeypatch.setattr(programs, "_QUICK", [False])
+    engine.simulate(system, params, _rows(traces, 2), jax.random.key(5))
+
+
+def test_quick_compiles_round_a_multiply_add_as_the_default_compile(fresh_quick):
+    # moejax asked LLVM for SelectionDAG at -O0 when imported (before JAX's backend)
+    assert "-fast-isel=false" in os.environ["XLA_FLAGS"]
+    programs.quick_compile(True)  # its check compiles a*b+c both ways: no error
+    assert programs.compiler_options() == programs.QUICK_OPTIONS
+    programs.quick_compile(False)
+    assert programs.compiler_options() is None
+
+
+def test_quick_compiles_are_refused_where_fastisel_would_round_differently():
+    # JAX's backend started before moejax was imported: XLA_FLAGS came too late
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = str(ROOT)
+    code = ("import jax\njax.numpy.ones(1).block_until_ready()\n"
+            "from moejax.runner import programs\n"
+            "try:\n    programs.quick_compile(True)\n"
+            "except Exception as e:\n    print(type(e).__name__, e)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ConfigError quick compile: LLVM uses FastISel"), r.stdout
+
+
+def test_the_quick_compile_setting_is_read_from_the_environment(monkeypatch, fresh_quick,
+                                                                capsys, tmp_path):
+    monkeypatch.setenv(programs.ENV_QUICK, "yes")
+    assert programs.quick_compiling()
+    monkeypatch.setattr(programs, "_QUICK", [None])
+    monkeypatch.setenv(programs.ENV_QUICK, "0")
+    assert not programs.quick_compiling()
+    monkeypatch.setattr(programs, "_QUICK", [None])
+    monkeypatch.setenv(programs.ENV_QUICK, "maybe")
+    from moejax.cli.main import main
+
+    out = tmp_path / "o"
+    assert main(["simulate", "--traces", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["moejax: error: $MOEJAX_QUICK_COMPILE: 'maybe' is not one of 1, true, yes, "
+                   "on, 0, false, no, off"]
+    assert not out.exists()

@@ -23,18 +23,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="moejax", description=__doc__.splitlines()[0])
     p.add_argument("--compilation-cache", metavar="PATH|off", default=None, help=CACHE_HELP)
+    p.add_argument("--quick-compile", action="store_true", default=None, help=QUICK_HELP)
     sub = p.add_subparsers(dest="cmd", required=True)
     for module in (simulate, catalog, reproduce, trace, tune, sweep, export, validate):
         module.add_parser(sub)
     for sp in sub.choices.values():  # also after the subcommand
         sp.add_argument("--compilation-cache", metavar="PATH|off", default=argparse.SUPPRESS,
                         help=CACHE_HELP)
+        sp.add_argument("--quick-compile", action="store_true", default=argparse.SUPPRESS,
+                        help=QUICK_HELP)
     return polish(p)  # command, system and study lists, every option's default
 
 
 CACHE_HELP = ("folder of compiled programs kept between runs (JAX's persistent compilation "
               "cache), or 'off' (default $MOEJAX_COMPILATION_CACHE, else "
               "~/.cache/moejax/jax)")
+QUICK_HELP = ("compile the simulator's programs 3-4x faster (XLA's older CPU emitters at "
+              "LLVM -O0): slower code, and float32 sums that may differ from the default "
+              "compile's in the last bit; CPU only (default $MOEJAX_QUICK_COMPILE, else off)")
 # Subcommands that say on stderr when a call compiles ("compiling ep for 128 traces x 256
 # tokens ...", then its time); the others print their own progress.
 REPORT_COMPILES = ("simulate", "sweep")
@@ -51,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
 
         check_outputs(args)  # before any work: a bad --out is one line, nothing written
         programs.enable_persistent_cache(programs.cache_setting(args.compilation_cache))
+        if getattr(args, "quick_compile", None):
+            programs.quick_compile(True)
+        programs.quick_compiling()  # a bad $MOEJAX_QUICK_COMPILE: one line, nothing run
         distributed.initialize(distributed.launch_from_args(args))
         programs.report_compiles(args.cmd in REPORT_COMPILES and not getattr(args, "quiet", False))
         try:

@@ -35,6 +35,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from moejax.errors import ConfigError
+
 # Compiled programs kept (each holds its XLA executables, one per input shape).
 MAX_PROGRAMS = 128
 # The persistent cache's size limit in bytes. A limit makes JAX's file cache take a file
@@ -47,6 +49,7 @@ PERSISTENT_CACHE_BYTES = 2 * 2**30
 # cost 0.03-0.2 s each to compile and a few ms to read back.
 PERSISTENT_MIN_COMPILE_S = 0.0
 ENV_CACHE = "MOEJAX_COMPILATION_CACHE"
+ENV_QUICK = "MOEJAX_QUICK_COMPILE"
 
 
 class Unfingerprintable(Exception):
@@ -272,7 +275,8 @@ def call_reporting(fn, signatures: Signatures, what: Callable[[], str], *args):
     """fn(*args), told to the compile sink with its wall time when it compiles (the first
     call with these input shapes)."""
     sink = _REPORT[0]
-    if sink is None or not signatures.new(args):
+    new = signatures.new(args)  # recorded when quiet too: a sink turned on later is not told
+    if sink is None or not new:  # of a compile that happened before it
         return fn(*args)
     label = what()
     sink(f"compiling {label} ...")
@@ -280,6 +284,67 @@ def call_reporting(fn, signatures: Signatures, what: Callable[[], str], *args):
     out = jax.block_until_ready(fn(*args))
     sink(f"compiled {label} in {time.perf_counter() - t0:.1f} s")
     return out
+
+
+# ---- quick compiles (CPU) ----------------------------------------------------------------
+#
+# A cold first call is mostly LLVM compiling one kernel per XLA fusion (docs/performance.md,
+# "A cold first call"). XLA's older CPU emitters at LLVM -O0 compile the same programs
+# 3-4.5x faster, but they are not bit for bit the default: XLA marks a reduction's adds
+# `reassoc`, and LLVM's loop vectorizer (-O2 only) may sum them in another order, so float32
+# sums can differ in the last bit (EPS-MoE's gemm_s by 7.4e-8 relative at 8 traces, 2
+# layers, 64 tokens), and the -O0 code runs slower (FSE-DP's 16 traces: 160 ms against
+# 20 ms). So it is the user's choice, off by default: for exploring in a notebook, not for
+# numbers to compare with committed results.
+QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+_QUICK: list[bool | None] = [None]  # None: not decided yet ($MOEJAX_QUICK_COMPILE)
+
+
+def quick_compile(on: bool = True) -> None:
+    """Compile the engine's programs built from now on quickly (`QUICK_OPTIONS`: 3-4.5x less
+    XLA time, float32 rounding that may differ from the default compile's in the last bit,
+    slower code), or (False) as by default. CPU only: on an accelerator it is refused."""
+    if on:
+        _check_quick()
+    _QUICK[0] = bool(on)
+
+
+def quick_compiling() -> bool:
+    """Whether programs built now compile quickly: `quick_compile`'s setting, else
+    $MOEJAX_QUICK_COMPILE (1/true/yes/on; 0/false/no/off or unset: no)."""
+    if _QUICK[0] is None:
+        value = os.environ.get(ENV_QUICK, "").strip().lower()
+        if value not in ("", "0", "false", "no", "off", "1", "true", "yes", "on"):
+            raise ConfigError(f"${ENV_QUICK}: {value!r} is not one of 1, true, yes, on, "
+                              "0, false, no, off")
+        quick_compile(value in ("1", "true", "yes", "on"))
+    return bool(_QUICK[0])
+
+
+def compiler_options() -> dict | None:
+    """XLA options for a program built now: `QUICK_OPTIONS` when compiling quickly."""
+    return dict(QUICK_OPTIONS) if quick_compiling() else None
+
+
+def _check_quick() -> None:
+    """Refuse quick compiles where they would be wrong or have no effect: off the CPU, and
+    where LLVM selects -O0 instructions with FastISel, which does not fuse a multiply and
+    an add into one FMA as -O2 does (a quick program would then round every a*b+c
+    differently). moejax asks for SelectionDAG (`-fast-isel=false`) in XLA_FLAGS when it is
+    imported before JAX starts its backend; this checks that it took."""
+    backend = jax.default_backend()
+    if backend != "cpu":
+        raise ConfigError(f"quick compile: a CPU option (this process computes on {backend}); "
+                          f"unset ${ENV_QUICK}")
+    a, c = np.float32(1 + 2.0**-13), np.float32(-(1 + 2.0**-12))  # a*a+c: FMA 2^-26, else 0
+    def fma(x, y):
+        return x * x + y
+    default = jax.jit(fma)(a, c)
+    if float(jax.jit(fma, compiler_options=QUICK_OPTIONS)(a, c)) != float(default):
+        raise ConfigError("quick compile: LLVM uses FastISel at -O0 in this process, which "
+                          "would round a*b+c unlike the default compile; start JAX with "
+                          "XLA_FLAGS=--xla_backend_extra_options=-fast-isel=false (moejax "
+                          "sets it when imported before JAX's first computation)")
 
 
 # ---- JAX's persistent compilation cache ------------------------------------------------
