@@ -7,10 +7,11 @@ compilation cache warm (a second process reading what the first wrote). Every me
 runs in a fresh process.
 
     .venv/bin/python benchmarks/bench_compile.py [--systems ep,fsedp] [--traces 16]
-        [--repo OTHER_CHECKOUT ...] [--repeat N] [--no-warm]
+        [--repo OTHER_CHECKOUT ...] [--repeat N] [--no-warm] [--quick]
 
 --repo: also measure other checkouts of moejax (e.g. a `git worktree` of an older commit),
-side by side in the same run, on the same machine load. A checkout without
+side by side in the same run, on the same machine load. --quick: also this checkout with
+quick compiles (`programs.quick_compile`), in the same run. A checkout without
 `moejax.runner.programs` has no persistent cache: its "warm" columns are left empty.
 """
 
@@ -81,7 +82,9 @@ if hasattr(engine, "program_for"):  # the program simulate runs these params wit
 else:
     prog = engine.compiled_program(system_, False, "threefry2x32")
 inner = getattr(prog, "fn", prog).__wrapped__
-fn = jax.jit(lambda *a: inner(*a))  # a new function: traced, lowered and compiled anew
+options = programs.compiler_options() if hasattr(programs, "compiler_options") else None
+# a new function: traced, lowered and compiled anew (with the options simulate compiled with)
+fn = jax.jit(lambda *a: inner(*a), compiler_options=options)
 t = time.perf_counter(); traced = fn.trace(params, traces, keys); t_trace = time.perf_counter() - t
 t = time.perf_counter(); lowered = traced.lower(); t_lower = time.perf_counter() - t
 t, c = time.perf_counter(), time.process_time()
@@ -94,8 +97,9 @@ print(json.dumps(dict(import_s=imported, first_s=first, second_s=second, same=bo
 """
 
 
-def measure(repo: Path, setup, traces: int, cache: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(repo), MOEJAX_COMPILATION_CACHE="off")
+def measure(repo: Path, setup, traces: int, cache: str, quick: bool = False) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(repo), MOEJAX_COMPILATION_CACHE="off",
+               MOEJAX_QUICK_COMPILE="1" if quick else "0")
     r = subprocess.run([sys.executable, "-c", CHILD, *setup, str(traces), cache], cwd=repo,
                        env=env, capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:
@@ -120,6 +124,8 @@ def main() -> None:
     ap.add_argument("--repo", action="append", default=[],
                     help="another checkout to measure beside this one")
     ap.add_argument("--no-warm", action="store_true", help="skip the persistent-cache runs")
+    ap.add_argument("--quick", action="store_true",
+                    help="also this checkout with quick compiles (MOEJAX_QUICK_COMPILE=1)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="cold runs per checkout, interleaved across checkouts; each time "
                          "column is the minimum over them (a loaded machine)")
@@ -128,29 +134,33 @@ def main() -> None:
     _device.select(args.device)
     os.environ["JAX_PLATFORMS"] = args.device.replace("gpu", "cuda")
     print(f"load average at start {os.getloadavg()[0]:.1f}")
-    repos = [HERE, *(Path(r).resolve() for r in args.repo)]
+    # (label, checkout, quick compiles): this checkout, with --quick this checkout compiling
+    # quickly, then the other checkouts
+    runs = [(HERE.name, HERE, False), *([(f"{HERE.name}, quick", HERE, True)] * args.quick),
+            *((Path(r).resolve().name, Path(r).resolve(), False) for r in args.repo)]
     head = ("system", "checkout", "first s", "first CPU s", "second s", "trace s", "lower s",
             "XLA s", "XLA CPU s", "HLO ops", "warm first s")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for name in args.systems.split(","):
-        colds = {repo: [] for repo in repos}
+        setup = (name, *SETUPS[name])
+        colds = {label: [] for label, _, _ in runs}
         for _ in range(max(1, args.repeat)):
-            for repo in repos:
-                colds[repo].append(measure(repo, (name, *SETUPS[name]), args.traces, "off"))
-        for repo in repos:
-            cold = _fastest(colds[repo])
+            for label, repo, quick in runs:
+                colds[label].append(measure(repo, setup, args.traces, "off", quick))
+        for label, repo, quick in runs:
+            cold = _fastest(colds[label])
             warm = {}
             has_cache = (repo / "moejax" / "runner" / "programs.py").exists()
             if not args.no_warm and has_cache and "error" not in cold:
                 with tempfile.TemporaryDirectory() as d:
-                    measure(repo, (name, *SETUPS[name]), args.traces, d)  # writes
-                    warm = measure(repo, (name, *SETUPS[name]), args.traces, d)  # reads
+                    measure(repo, setup, args.traces, d, quick)  # writes
+                    warm = measure(repo, setup, args.traces, d, quick)  # reads
             if "error" in cold:
-                print(f"| {name} | {repo.name} | error: {cold['error'][:80]} |")
+                print(f"| {name} | {label} | error: {cold['error'][:80]} |")
                 continue
             second = f"{cold['second_s'] * 1e3:.0f} ms" + ("" if cold["same"] else " (differs!)")
-            print(f"| {name} | {repo.name} | {cold['first_s']:.2f} | "
+            print(f"| {name} | {label} | {cold['first_s']:.2f} | "
                   f"{cold['first_cpu_s']:.2f} | {second} | "
                   f"{cold['trace_s']:.2f} | {cold['lower_s']:.2f} | {cold['compile_s']:.2f} | "
                   f"{cold['compile_cpu_s']:.2f} | {cold['hlo_ops']} | "

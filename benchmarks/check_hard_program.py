@@ -1,9 +1,11 @@
 """The hard-only program (`engine.compiled_program(hard=True)`: each cond on a temperature
 compiled with its hard branch and a NaN fill) against the two-branch program, bit for bit,
-on many catalog setups; and each program's XLA compile time (wall).
+on many catalog setups; and each program's XLA compile time (wall). With --quick: the
+hard-only program compiled by default against the same program compiled quickly
+(`programs.QUICK_OPTIONS`), with the largest relative difference where they differ.
 
     .venv/bin/python benchmarks/check_hard_program.py [--set quick|policies|wide]
-        [--traces 8] [--layers 2] [--tokens 64]
+        [--traces 8] [--layers 2] [--tokens 64] [--quick]
 
 quick: one setup per trace system. policies: every policy of the wide set but EP, once
 (33 setups). wide (101 setups): EP on every platform (and two more models on the
@@ -77,9 +79,12 @@ def policies() -> list[tuple[str, str, str]]:
     return list(seen.values())
 
 
-def compare(hw: str, model: str, policy: str, traces_n: int, layers: int, tokens: int):
-    """(equal, XLA s of the two-branch program, XLA s of the hard-only one), or None when
-    the catalog refuses the setup."""
+def compare(hw: str, model: str, policy: str, traces_n: int, layers: int, tokens: int,
+            quick: bool = False):
+    """(equal, largest relative difference, XLA s of the two-branch program, XLA s of the
+    hard-only one), or None when the catalog refuses the setup. quick: the hard-only
+    program compiled by default against the same program compiled quickly
+    (`programs.QUICK_OPTIONS`) instead."""
     try:
         s = resolve(hw, model, policy)
         iterations = 16 if s.policy.system == "rebalancing" else 1
@@ -92,11 +97,13 @@ def compare(hw: str, model: str, policy: str, traces_n: int, layers: int, tokens
                           num_experts=s.model.num_experts, top_k=s.model.top_k)
     keys = jax.random.key_data(jax.random.split(jax.random.key(0), traces_n))
     outs, times = [], []
-    for prog in (engine.compiled_program(system, False, "threefry2x32", hard=False),
-                 engine.program_for(system, params, False, "threefry2x32")):
+    hard = engine.program_for(system, params, False, "threefry2x32")
+    pairs = ((hard, None), (hard, programs.QUICK_OPTIONS)) if quick else (
+        (engine.compiled_program(system, False, "threefry2x32", hard=False), None), (hard, None))
+    for prog, options in pairs:
         lowered = prog.fn.lower(params, traces, keys)
         t0 = time.perf_counter()
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options=options)
         times.append(time.perf_counter() - t0)
         outs.append([np.asarray(x) for x in jax.tree_util.tree_leaves(
             compiled(params, traces, keys))])
@@ -105,7 +112,11 @@ def compare(hw: str, model: str, policy: str, traces_n: int, layers: int, tokens
     equal = len(outs[0]) == len(outs[1]) and all(
         a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
         for a, b in zip(*outs, strict=True))
-    return equal, times[0], times[1]
+    rel = max((float(np.nanmax(np.abs(a.astype(float) - b) / np.maximum(np.abs(a), 1e-30)))
+               for a, b in zip(*outs, strict=True)
+               if a.shape == b.shape and a.size and not np.array_equal(a, b, equal_nan=True)),
+              default=0.0)
+    return equal, rel, times[0], times[1]
 
 
 def main() -> None:
@@ -114,24 +125,26 @@ def main() -> None:
     ap.add_argument("--traces", type=int, default=8)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--quick", action="store_true",
+                    help="the hard-only program compiled by default against quick compiles")
     args = ap.parse_args()
     setups = {"quick": lambda: list(QUICK), "policies": policies, "wide": wide}[args.set]()
     print(f"load average at start {os.getloadavg()[0]:.1f}", flush=True)
     same = differ = refused = 0
     xla_two = xla_hard = 0.0
     for hw, model, policy in setups:
-        r = compare(hw, model, policy, args.traces, args.layers, args.tokens)
+        r = compare(hw, model, policy, args.traces, args.layers, args.tokens, args.quick)
         programs.PROGRAMS.clear()
         if r is None:
             refused += 1
             continue
-        equal, t_two, t_hard = r
+        equal, rel, t_two, t_hard = r
         same += equal
         differ += not equal
         xla_two += t_two
         xla_hard += t_hard
-        print(f"{hw} {model} {policy}: {'equal' if equal else 'DIFFERS'}; XLA "
-              f"{t_two:.2f} s -> {t_hard:.2f} s", flush=True)
+        how = "equal" if equal else f"DIFFERS (largest relative {rel:.1e})"
+        print(f"{hw} {model} {policy}: {how}; XLA {t_two:.2f} s -> {t_hard:.2f} s", flush=True)
     print(f"{same} equal, {differ} differ, {refused} refused by the catalog; XLA total "
           f"{xla_two:.1f} s -> {xla_hard:.1f} s; load average at end "
           f"{os.getloadavg()[0]:.1f}")
