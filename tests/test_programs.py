@@ -286,3 +286,18 @@ def test_the_quick_compile_setting_is_read_from_the_environment(monkeypatch, fre
     assert err == ["moejax: error: $MOEJAX_QUICK_COMPILE: 'maybe' is not one of 1, true, yes, "
                    "on, 0, false, no, off"]
     assert not out.exists()
+
+
+def test_the_cli_compiles_quickly_when_asked_and_sweeps_do_too(monkeypatch, fresh_quick,
+                                                               capsys, tmp_path):
+    from moejax.cli.main import main
+
+    monkeypatch.delenv(programs.ENV_QUICK, raising=False)
+    assert main(["simulate", "--quick-compile", "--traces", "2", "--tokens", "16",
+                 "--out", str(tmp_path / "o")]) == 0
+    assert "compiling ep (quick compile) for 2 traces x 16 tokens" in capsys.readouterr().err
+    # a sweep's program gets the options too (XLA refuses one it does not know)
+    monkeypatch.setattr(programs, "QUICK_OPTIONS", {"xla_no_such_option": True})
+    with pytest.raises(Exception, match="xla_no_such_option"):
+        main(["sweep", "--vary", "link_Bps=50e9,100e9", "--traces", "2", "--tokens", "16",
+              "--quiet", "--out", str(tmp_path / "sw")])

@@ -23,24 +23,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="moejax", description=__doc__.splitlines()[0])
     p.add_argument("--compilation-cache", metavar="PATH|off", default=None, help=CACHE_HELP)
-    p.add_argument("--quick-compile", action="store_true", default=None, help=QUICK_HELP)
     sub = p.add_subparsers(dest="cmd", required=True)
     for module in (simulate, catalog, reproduce, trace, tune, sweep, export, validate):
         module.add_parser(sub)
     for sp in sub.choices.values():  # also after the subcommand
         sp.add_argument("--compilation-cache", metavar="PATH|off", default=argparse.SUPPRESS,
                         help=CACHE_HELP)
-        sp.add_argument("--quick-compile", action="store_true", default=argparse.SUPPRESS,
-                        help=QUICK_HELP)
+    for name in REPORT_COMPILES:  # the commands whose programs the engine compiles
+        sub.choices[name].add_argument("--quick-compile", action="store_true", help=QUICK_HELP)
     return polish(p)  # command, system and study lists, every option's default
 
 
 CACHE_HELP = ("folder of compiled programs kept between runs (JAX's persistent compilation "
               "cache), or 'off' (default $MOEJAX_COMPILATION_CACHE, else "
               "~/.cache/moejax/jax)")
-QUICK_HELP = ("compile the simulator's programs 3-4x faster (XLA's older CPU emitters at "
+QUICK_HELP = ("compile the simulator's programs 3.7-5.6x faster (XLA's older CPU emitters at "
               "LLVM -O0): slower code, and float32 sums that may differ from the default "
-              "compile's in the last bit; CPU only (default $MOEJAX_QUICK_COMPILE, else off)")
+              "compile's in the last bit; CPU only (default: $MOEJAX_QUICK_COMPILE, else off)")
 # Subcommands that say on stderr when a call compiles ("compiling ep for 128 traces x 256
 # tokens ...", then its time); the others print their own progress.
 REPORT_COMPILES = ("simulate", "sweep")
