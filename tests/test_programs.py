@@ -301,3 +301,17 @@ def test_the_cli_compiles_quickly_when_asked_and_sweeps_do_too(monkeypatch, fres
     with pytest.raises(Exception, match="xla_no_such_option"):
         main(["sweep", "--vary", "link_Bps=50e9,100e9", "--traces", "2", "--tokens", "16",
               "--quiet", "--out", str(tmp_path / "sw")])
+
+
+def test_the_cli_decides_quick_compiles_only_after_joining_a_multi_process_run(
+        monkeypatch, fresh_quick, tmp_path):
+    """Quick compiles' check computes with JAX; `jax.distributed.initialize` must come
+    before any computation, so the CLI joins first."""
+    from moejax.cli.main import main
+    from moejax.runner import distributed
+
+    seen = []
+    monkeypatch.setattr(distributed, "initialize", lambda launch: seen.append(programs._QUICK[0]))
+    assert main(["simulate", "--quick-compile", "--traces", "2", "--tokens", "16",
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert seen == [None] and programs.quick_compiling()

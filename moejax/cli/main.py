@@ -56,10 +56,12 @@ def main(argv: list[str] | None = None) -> int:
 
         check_outputs(args)  # before any work: a bad --out is one line, nothing written
         programs.enable_persistent_cache(programs.cache_setting(args.compilation_cache))
+        distributed.initialize(distributed.launch_from_args(args))
+        # after joining: quick compiles' check runs a JAX computation, and a process may not
+        # compute before `jax.distributed.initialize`
         if getattr(args, "quick_compile", None):
             programs.quick_compile(True)
         programs.quick_compiling()  # a bad $MOEJAX_QUICK_COMPILE: one line, nothing run
-        distributed.initialize(distributed.launch_from_args(args))
         programs.report_compiles(args.cmd in REPORT_COMPILES and not getattr(args, "quiet", False))
         try:
             if not distributed.is_writer():  # process 0 alone writes, and locks

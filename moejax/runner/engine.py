@@ -108,8 +108,8 @@ def compiled_program(system: System, sweep: bool, key_impl: str, hard: bool = Fa
             with relax.hard_program():
                 return one_params(params, traces, key_data)
 
-        options = programs.compiler_options()
-        name = system.name + (" (quick compile)" if options else "")
+        options = programs.compiler_options(quick)
+        name = system.name + (" (quick compile)" if quick else "")
         if hard:
             return Program(jax.jit(one_params_hard, compiler_options=options), name, hard=True)
         fn = jax.vmap(one_params, in_axes=(0, None, None)) if sweep else one_params
@@ -117,8 +117,8 @@ def compiled_program(system: System, sweep: bool, key_impl: str, hard: bool = Fa
 
     if hard and sweep:
         raise ValueError("compiled_program: a sweep has no hard-only program")
-    return programs.PROGRAMS.get("trace", (system, sweep, key_impl, bool(hard),
-                                           programs.quick_compiling()), build)
+    quick = programs.quick_compiling()
+    return programs.PROGRAMS.get("trace", (system, sweep, key_impl, bool(hard), quick), build)
 
 
 def program_for(system: System, params: PyTree, sweep: bool, key_impl: str) -> Program:
@@ -294,12 +294,12 @@ def until_done_program(system: System, params_batched=False, key_impl: str = "th
     its state argument donated; finish(params, state) -> metrics. params_batched: as
     `run_until_done`."""
     axes = 0 if params_batched is True else (None if params_batched is False else params_batched)
-    return programs.PROGRAMS.get("until_done", (system, axes, key_impl,
-                                                programs.quick_compiling()),
-                                 lambda: _until_done_compiled(system, axes, key_impl))
+    quick = programs.quick_compiling()
+    return programs.PROGRAMS.get("until_done", (system, axes, key_impl, quick),
+                                 lambda: _until_done_compiled(system, axes, key_impl, quick))
 
 
-def _until_done_compiled(system: System, params_axes, key_impl: str):
+def _until_done_compiled(system: System, params_axes, key_impl: str, quick: bool):
     def init_one(params, x, key_data):
         return system.init(params, x, jax.random.wrap_key_data(key_data, impl=key_impl))
 
@@ -316,7 +316,7 @@ def _until_done_compiled(system: System, params_axes, key_impl: str):
         _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
         return state, system.is_done(state)
 
-    options = programs.compiler_options()
+    options = programs.compiler_options(quick)
     init = jax.jit(jax.vmap(init_one, in_axes=(params_axes, 0, 0)), compiler_options=options)
     segment = jax.jit(jax.vmap(segment_one, in_axes=(params_axes, 0), axis_name=BATCH_AXIS),
                       donate_argnums=1, compiler_options=options)

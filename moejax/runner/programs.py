@@ -290,12 +290,12 @@ def call_reporting(fn, signatures: Signatures, what: Callable[[], str], *args):
 #
 # A cold first call is mostly LLVM compiling one kernel per XLA fusion (docs/performance.md,
 # "A cold first call"). XLA's older CPU emitters at LLVM -O0 compile the same programs
-# 3-4.5x faster, but they are not bit for bit the default: XLA marks a reduction's adds
-# `reassoc`, and LLVM's loop vectorizer (-O2 only) may sum them in another order, so float32
-# sums can differ in the last bit (EPS-MoE's gemm_s by 7.4e-8 relative at 8 traces, 2
-# layers, 64 tokens), and the -O0 code runs slower (FSE-DP's 16 traces: 160 ms against
-# 20 ms). So it is the user's choice, off by default: for exploring in a notebook, not for
-# numbers to compare with committed results.
+# with 3.7-5.6x less XLA time (docs/performance.md, "Quick compiles"), but they are not bit
+# for bit the default: XLA marks a reduction's adds `reassoc`, and LLVM's loop vectorizer
+# (-O2 only) may sum them in another order, so float32 sums can differ in the last bit (2 of
+# 30 catalog policies, by up to 8.8e-8 relative), and the -O0 code runs slower (FSE-DP's 16
+# traces: 153 ms against 25 ms). So it is the user's choice, off by default: for exploring
+# in a notebook, not for numbers to compare with committed results.
 QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 _QUICK: list[bool | None] = [None]  # None: not decided yet ($MOEJAX_QUICK_COMPILE)
 
@@ -322,9 +322,13 @@ def quick_compiling() -> bool:
     return bool(_QUICK[0])
 
 
-def compiler_options() -> dict | None:
-    """XLA options for a program built now: `QUICK_OPTIONS` when compiling quickly."""
-    return dict(QUICK_OPTIONS) if quick_compiling() else None
+def compiler_options(quick: bool | None = None) -> dict | None:
+    """XLA options for a program: `QUICK_OPTIONS` when compiling quickly (`quick`; None:
+    `quick_compiling()`). A caller that keys a program by `quick` passes the same value, so
+    the key and the options cannot disagree."""
+    if quick is None:
+        quick = quick_compiling()
+    return dict(QUICK_OPTIONS) if quick else None
 
 
 def _check_quick() -> None:

@@ -224,10 +224,10 @@ def make_plan(setup, entry, num_iterations: int, keys: list[str], sample, key_da
 
 def _compiled(plan: Plan, key_impl: str):
     """The compiled sweep call, cached by value (`programs.fingerprint` of the plan)."""
-    return programs.PROGRAMS.get("sweep", (plan, key_impl, programs.quick_compiling()),
-                                 lambda: jax.jit(jax.vmap(
+    quick = programs.quick_compiling()
+    return programs.PROGRAMS.get("sweep", (plan, key_impl, quick), lambda: jax.jit(jax.vmap(
         lambda values, traces, key_data: _one_point(plan, values, traces, key_data, key_impl),
-        in_axes=(0, None, None)), compiler_options=programs.compiler_options()))
+        in_axes=(0, None, None)), compiler_options=programs.compiler_options(quick)))
 
 
 def run(plan: Plan, points: dict[str, np.ndarray], traces, key, *,
